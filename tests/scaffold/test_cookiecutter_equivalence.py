@@ -1,0 +1,58 @@
+"""Plain `cookiecutter templates/<name> --no-input` renders exactly what `tbgen new --no-input` renders."""
+
+import filecmp
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TEMPLATES
+
+TEMPLATE_NAMES = sorted(p.name for p in TEMPLATES.iterdir() if (p / "cookiecutter.json").is_file())
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run_cookiecutter(template: str, out: Path, *extra: str) -> Path:
+    env = {**os.environ, "HOME": str(out)}  # keep cookiecutter's replay files out of the real home
+    subprocess.run(
+        [sys.executable, "-m", "cookiecutter", str(TEMPLATES / template), "--no-input", "-o", str(out), *extra],
+        check=True, env=env, capture_output=True,
+    )
+    return out / "my-backend"
+
+
+def run_tbgen_new(template: str, out: Path, *extra: str) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", "new", str(out / "my-backend"), "-t", template, "--no-input", *extra],
+        check=True, capture_output=True,
+    )
+    return out / "my-backend"
+
+
+@pytest.mark.parametrize("template", TEMPLATE_NAMES)
+def test_defaults_render_identically(template, tmp_path):
+    plain = run_cookiecutter(template, tmp_path / "plain")
+    ours = run_tbgen_new(template, tmp_path / "tbgen")
+    assert tree(plain) == tree(ours)
+    # and the trees are not trivially equal: both hold a whole project
+    assert {"tbgen.toml", "README.md", "reference.py", "Dockerfile"} <= set(tree(ours))
+    assert filecmp.cmp(plain / "tbgen.toml", ours / "tbgen.toml", shallow=False)
+
+
+@pytest.mark.parametrize(
+    ("template", "answers"),
+    [
+        ("cpp-backend", {"dtype": "INT64", "max_batch_size": "0", "dims": "2,3"}),
+        ("python-backend", {"dtype": "FP16", "batching": "vectorized"}),
+        ("decoupled-backend", {"language": "python"}),
+    ],
+)
+def test_same_answers_render_identically(template, answers, tmp_path):
+    plain = run_cookiecutter(template, tmp_path / "plain", *(f"{k}={v}" for k, v in answers.items()))
+    ours = run_tbgen_new(template, tmp_path / "tbgen", *(f"--set={k}={v}" for k, v in answers.items()))
+    assert tree(plain) == tree(ours)

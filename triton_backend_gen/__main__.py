@@ -1,0 +1,3 @@
+from triton_backend_gen.cli import main
+
+main()

@@ -1,0 +1,47 @@
+"""User-facing errors: one type per stage, each with a message, a hint and an exit code.
+
+The CLI prints ``message`` and ``hint`` with Rich and exits with ``exit_code``; no traceback is shown for
+these. Anything else that escapes is a bug in tbgen and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TbgenError(Exception):
+    """Base of every error meant for the user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n{self.hint}" if self.hint else self.message
+
+
+class UsageError(TbgenError):
+    """Bad input from the command line or an answers file: exit code 2, nothing is written."""
+
+    exit_code = 2
+
+
+class UnknownReleaseError(UsageError):
+    """A Triton version that the release matrix does not know."""
+
+
+class AnswerError(UsageError):
+    """An answer that breaks a naming or value rule."""
+
+
+class ScaffoldError(TbgenError):
+    """Rendering or writing a project failed (target exists, template broken, interrupted)."""
+
+
+class ProjectError(TbgenError):
+    """A directory is not a tbgen project or its tbgen.toml is unreadable."""
+
+
+class ConfigError(TbgenError):
+    """A config.pbtxt could not be read at all (validation findings are reported, not raised)."""

@@ -142,12 +142,14 @@ def templates_check(
     ] = None,
 ) -> None:
     """Render every template over its option matrix and check the results."""
+    from rich.markup import escape
+
     from triton_backend_gen.template_check import check_templates
 
     with _user_errors():
-        report = check_templates(template or None, progress=lambda line: console.print(line, highlight=False))
+        report = check_templates(template or None, progress=lambda line: console.print(line, markup=False))
     for failure in report.failures:
-        console.print(f"[red]FAIL[/red] {failure}", highlight=False)
+        console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False)
     colour = "red" if report.failures else "green"
     console.print(f"[{colour}]{report.variants} variants, {report.files} files, {len(report.failures)} failures[/]")
     raise typer.Exit(1 if report.failures else 0)

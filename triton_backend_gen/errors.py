@@ -45,3 +45,7 @@ class ProjectError(TbgenError):
 
 class ConfigError(TbgenError):
     """A config.pbtxt could not be read at all (validation findings are reported, not raised)."""
+
+
+class BuildError(TbgenError):
+    """Configuring, compiling or installing a project failed (the message names the first error and the log)."""

@@ -163,19 +163,16 @@ def test_interactive_new_on_a_terminal(tmp_path):
         sys.executable, ["-m", "triton_backend_gen", "new", "p", "-t", "python-backend"],
         cwd=str(tmp_path), encoding="utf-8", timeout=30, env={"COLUMNS": "200", "TERM": "dumb"},
     )
-    answers = {"dims": ["0", "4"], "dtype": ["INT32"]}
-    rejected = False
-    while True:
-        index = child.expect([r"\n?([a-z0-9_]+)[^\n]*[\]\)]: ", pexpect.EOF])
-        if index == 1:
-            break
-        key = child.match.group(1)
-        if "dims must be" in (child.before or ""):
-            rejected = True
-        queue = answers.get(key)
+    replies = {"Tensor dims": ["0", "4"], "Tensor data type": ["INT32"]}  # keyed by the start of the question
+    transcript = []
+    while child.expect([r"\): $", pexpect.EOF]) == 0:
+        question = child.before.strip().splitlines()[-1]
+        transcript.append(question)
+        queue = next((q for prefix, q in replies.items() if question.startswith(prefix)), None)
         child.sendline(queue.pop(0) if queue else "")
     child.close()
     assert child.exitstatus == 0, child.before
     meta = tomllib.loads((tmp_path / "p" / "tbgen.toml").read_text())
     assert meta["answers"]["dims"] == "4" and meta["answers"]["dtype"] == "INT32"
-    assert rejected
+    assert sum(q.startswith("Tensor dims") for q in transcript) == 2  # asked again after the bad answer
+    assert any(q.startswith("Backend name") and q.endswith("(p") for q in transcript)  # default follows the project

@@ -1,0 +1,25 @@
+"""Remove the files that the chosen language does not use (an explicit list per language)."""
+
+import shutil
+from pathlib import Path
+
+LANGUAGE = "{{ cookiecutter.language }}"
+VERSION_DIR = Path("model_repository") / "{{ cookiecutter.model_name }}" / "1"
+
+# Paths that exist only for one language; every other language's list is removed.
+ONLY_FOR = {
+    # The C++ backend: its build files and sources; the version directory holds no model file.
+    "cpp": ["CMakeLists.txt", "CMakePresets.json", "cmake", "src", str(VERSION_DIR / ".gitkeep")],
+    # The decoupled Python model, served by the stock python backend.
+    "python": [str(VERSION_DIR / "model.py")],
+}
+
+for language, paths in ONLY_FOR.items():
+    if language == LANGUAGE:
+        continue
+    for relative in paths:
+        path = Path(relative)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()

@@ -1,0 +1,778 @@
+// {{ cookiecutter.backend_name }}: a decoupled Triton backend.
+//
+// A decoupled model may send any number of responses per request, at any
+// time, and closes each request's stream with a response (or a bare flag)
+// carrying TRITONSERVER_RESPONSE_COMPLETE_FINAL. This example has the
+// interface of Triton's "repeat" example, so existing repeat clients work
+// unchanged:
+//
+//   IN    INT32  [-1]  the values to stream back, one response each
+//   DELAY UINT32 [-1]  milliseconds to wait before each response
+//   WAIT  UINT32 [1]   milliseconds after which the request is released
+//   OUT   INT32  [1]   IN[i]
+//   IDX   UINT32 [1]   i
+//
+// Threading: TRITONBACKEND_ModelInstanceExecute only validates each request,
+// copies its inputs and hands it to a worker thread of its own, so the
+// instance takes the next request while earlier ones are still streaming.
+// The instance waits for (joins) its workers when it is destroyed. Triton keeps
+// a model loaded while a response factory of it exists, so streams normally
+// end first; a worker still sleeping is woken and ends its stream with an
+// UNAVAILABLE error.
+//
+// Ownership: requests, response factories, responses and errors are held by
+// RAII owners below, so no early return leaks one, every request gets exactly
+// one final flag, and every error is sent to the request it concerns.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "triton/backend/backend_common.h"
+#include "triton/backend/backend_model.h"
+#include "triton/backend/backend_model_instance.h"
+#include "triton/core/tritonbackend.h"
+
+namespace triton { namespace backend { namespace {{ cookiecutter.backend_name }} {
+
+using Clock = std::chrono::steady_clock;
+
+//
+// RAII owners of Triton objects.
+//
+
+struct ErrorDeleter {
+  void operator()(TRITONSERVER_Error* error) const
+  {
+    TRITONSERVER_ErrorDelete(error);
+  }
+};
+using ErrorPtr = std::unique_ptr<TRITONSERVER_Error, ErrorDeleter>;
+
+// Releasing the request frees its input tensors; responses still flow through
+// the request's response factory afterwards.
+struct RequestReleaser {
+  void operator()(TRITONBACKEND_Request* request) const
+  {
+    LOG_IF_ERROR(
+        TRITONBACKEND_RequestRelease(request, TRITONSERVER_REQUEST_RELEASE_ALL),
+        "failed releasing request");
+  }
+};
+using RequestPtr = std::unique_ptr<TRITONBACKEND_Request, RequestReleaser>;
+
+struct ResponseDeleter {
+  void operator()(TRITONBACKEND_Response* response) const
+  {
+    LOG_IF_ERROR(
+        TRITONBACKEND_ResponseDelete(response), "failed deleting response");
+  }
+};
+using ResponsePtr = std::unique_ptr<TRITONBACKEND_Response, ResponseDeleter>;
+
+// ResponseFactoryDeleter comes from backend_common.h.
+using ResponseFactoryPtr =
+    std::unique_ptr<TRITONBACKEND_ResponseFactory, ResponseFactoryDeleter>;
+
+// Send one error response, flagged final, to a request that has no response
+// factory yet. Takes ownership of 'error'.
+void
+SendErrorResponse(TRITONBACKEND_Request* request, TRITONSERVER_Error* error)
+{
+  ErrorPtr owned(error);
+  TRITONBACKEND_Response* response = nullptr;
+  TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
+  if (err != nullptr) {
+    LOG_IF_ERROR(err, "failed creating error response");
+    return;
+  }
+  // TRITONBACKEND_ResponseSend takes the response even when it fails; the
+  // error stays ours and is deleted by 'owned'.
+  LOG_IF_ERROR(
+      TRITONBACKEND_ResponseSend(
+          response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, owned.get()),
+      "failed sending error response");
+}
+
+// Create output 'name' of shape [1] in 'response' and copy one value into it.
+TRITONSERVER_Error*
+SetScalarOutput(
+    TRITONBACKEND_Response* response, const char* name,
+    TRITONSERVER_DataType datatype, const void* value, size_t byte_size)
+{
+  const int64_t shape[1] = {1};
+  TRITONBACKEND_Output* output = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ResponseOutput(
+      response, &output, name, datatype, shape, 1 /* dims_count */));
+
+  void* buffer = nullptr;
+  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
+  int64_t memory_type_id = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_OutputBuffer(
+      output, &buffer, byte_size, &memory_type, &memory_type_id));
+  RETURN_ERROR_IF_TRUE(
+      memory_type == TRITONSERVER_MEMORY_GPU, TRITONSERVER_ERROR_UNSUPPORTED,
+      std::string("output '") + name +
+          "': this backend writes CPU memory only, but the client asked for "
+          "GPU memory");
+  std::memcpy(buffer, value, byte_size);
+  return nullptr;  // success
+}
+
+//
+// ResponseStream
+//
+// Owns a request's response factory and guarantees that the stream is closed:
+// exactly one TRITONSERVER_RESPONSE_COMPLETE_FINAL is sent, also when an error
+// path leaves early. Used by one thread at a time.
+//
+class ResponseStream {
+ public:
+  static TRITONSERVER_Error* Create(
+      TRITONBACKEND_Request* request, std::unique_ptr<ResponseStream>* stream)
+  {
+    TRITONBACKEND_ResponseFactory* factory = nullptr;
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseFactoryNew(&factory, request));
+    stream->reset(new ResponseStream(ResponseFactoryPtr(factory)));
+    return nullptr;  // success
+  }
+
+  ~ResponseStream()
+  {
+    if (!closed_) {
+      Close(TRITONSERVER_ErrorNew(
+          TRITONSERVER_ERROR_INTERNAL,
+          "the backend ended the stream without a final response"));
+    }
+  }
+
+  ResponseStream(const ResponseStream&) = delete;
+  ResponseStream& operator=(const ResponseStream&) = delete;
+
+  // True once the client has cancelled the request (the request itself may
+  // already be released; the factory still knows).
+  bool IsCancelled()
+  {
+    bool cancelled = false;
+    LOG_IF_ERROR(
+        TRITONBACKEND_ResponseFactoryIsCancelled(factory_.get(), &cancelled),
+        "failed querying cancellation");
+    return cancelled;
+  }
+
+  // Send one (non-final) response holding OUT = 'out' and IDX = 'idx'.
+  TRITONSERVER_Error* Send(int32_t out, uint32_t idx)
+  {
+    TRITONBACKEND_Response* raw = nullptr;
+    RETURN_IF_ERROR(TRITONBACKEND_ResponseNewFromFactory(&raw, factory_.get()));
+    ResponsePtr response(raw);  // deleted if an output fails below
+    RETURN_IF_ERROR(SetScalarOutput(
+        response.get(), "OUT", TRITONSERVER_TYPE_INT32, &out, sizeof(out)));
+    RETURN_IF_ERROR(SetScalarOutput(
+        response.get(), "IDX", TRITONSERVER_TYPE_UINT32, &idx, sizeof(idx)));
+    // Triton owns the response from here on, even if sending fails.
+    return TRITONBACKEND_ResponseSend(
+        response.release(), 0 /* send_flags */, nullptr /* success */);
+  }
+
+  // Close the stream: a bare final flag on success, or an error response
+  // flagged final. Takes ownership of 'error'.
+  void Close(TRITONSERVER_Error* error)
+  {
+    ErrorPtr owned(error);
+    closed_ = true;
+    if (owned != nullptr) {
+      TRITONBACKEND_Response* response = nullptr;
+      TRITONSERVER_Error* err =
+          TRITONBACKEND_ResponseNewFromFactory(&response, factory_.get());
+      if (err == nullptr) {
+        LOG_IF_ERROR(
+            TRITONBACKEND_ResponseSend(
+                response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, owned.get()),
+            "failed sending error response");
+        return;
+      }
+      // No response to carry the error: log it and still end the stream.
+      LOG_IF_ERROR(err, "failed creating error response");
+      LOG_MESSAGE(TRITONSERVER_LOG_ERROR, TRITONSERVER_ErrorMessage(owned.get()));
+    }
+    LOG_IF_ERROR(
+        TRITONBACKEND_ResponseFactorySendFlags(
+            factory_.get(), TRITONSERVER_RESPONSE_COMPLETE_FINAL),
+        "failed sending final flag");
+  }
+
+ private:
+  explicit ResponseStream(ResponseFactoryPtr factory)
+      : factory_(std::move(factory))
+  {
+  }
+
+  ResponseFactoryPtr factory_;
+  bool closed_ = false;
+};
+
+TRITONSERVER_Error*
+ShuttingDownError()
+{
+  return TRITONSERVER_ErrorNew(
+      TRITONSERVER_ERROR_UNAVAILABLE, "the model instance is shutting down");
+}
+
+// Everything a worker needs to stream one request, copied out of the request
+// so that it can be released before the stream ends.
+struct StreamJob {
+  RequestPtr request;
+  std::unique_ptr<ResponseStream> stream;
+  std::vector<int32_t> in;
+  std::vector<uint32_t> delay_ms;
+  uint32_t wait_ms = 0;
+  uint64_t exec_start_ns = 0;
+  uint64_t compute_start_ns = 0;
+};
+
+// Copy the whole input tensor 'name' (in CPU memory) into 'values'.
+template <typename T>
+TRITONSERVER_Error*
+ReadInputValues(
+    TRITONBACKEND_Request* request, const char* name, std::vector<T>* values)
+{
+  TRITONBACKEND_Input* input = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_RequestInput(request, name, &input));
+  uint64_t byte_size = 0;
+  RETURN_IF_ERROR(TRITONBACKEND_InputProperties(
+      input, nullptr /* name */, nullptr /* datatype */, nullptr /* shape */,
+      nullptr /* dims_count */, &byte_size, nullptr /* buffer_count */));
+  values->resize(byte_size / sizeof(T));
+  size_t read_size = values->size() * sizeof(T);
+  return ReadInputTensor(
+      request, name, reinterpret_cast<char*>(values->data()), &read_size);
+}
+
+// Read and check IN, DELAY and WAIT of one request. Triton has already checked
+// data types and shapes against the model configuration.
+TRITONSERVER_Error*
+ReadRequest(TRITONBACKEND_Request* request, StreamJob* job)
+{
+  RETURN_IF_ERROR(ReadInputValues(request, "IN", &job->in));
+  RETURN_IF_ERROR(ReadInputValues(request, "DELAY", &job->delay_ms));
+  std::vector<uint32_t> wait;
+  RETURN_IF_ERROR(ReadInputValues(request, "WAIT", &wait));
+
+  RETURN_ERROR_IF_FALSE(
+      job->delay_ms.size() == job->in.size(), TRITONSERVER_ERROR_INVALID_ARG,
+      std::string("input 'DELAY' must have one element per element of 'IN' (") +
+          std::to_string(job->in.size()) + "), got " +
+          std::to_string(job->delay_ms.size()));
+  RETURN_ERROR_IF_FALSE(
+      wait.size() == 1, TRITONSERVER_ERROR_INVALID_ARG,
+      std::string("input 'WAIT' must have exactly one element, got ") +
+          std::to_string(wait.size()));
+  job->wait_ms = wait[0];
+  return nullptr;  // success
+}
+
+//
+// ModelState
+//
+// State associated with a model that is using this backend. An object of this
+// class is created and associated with each TRITONBACKEND_Model.
+//
+class ModelState : public BackendModel {
+ public:
+  static TRITONSERVER_Error* Create(
+      TRITONBACKEND_Model* triton_model, ModelState** state);
+  virtual ~ModelState() = default;
+
+  // Check that the configuration has the decoupled "repeat" interface. Each
+  // message names the field at fault.
+  TRITONSERVER_Error* ValidateModelConfig();
+
+ private:
+  explicit ModelState(TRITONBACKEND_Model* triton_model)
+      : BackendModel(triton_model)
+  {
+  }
+};
+
+TRITONSERVER_Error*
+ModelState::Create(TRITONBACKEND_Model* triton_model, ModelState** state)
+{
+  try {
+    *state = new ModelState(triton_model);
+  }
+  catch (const BackendModelException& ex) {
+    RETURN_ERROR_IF_TRUE(
+        ex.err_ == nullptr, TRITONSERVER_ERROR_INTERNAL,
+        std::string("unexpected nullptr in BackendModelException"));
+    RETURN_IF_ERROR(ex.err_);
+  }
+  return nullptr;  // success
+}
+
+namespace {
+
+struct TensorSpec {
+  std::string name;
+  std::string data_type;
+  std::vector<int64_t> dims;
+};
+
+// Check that config[field] ("input" or "output") holds exactly the tensors of
+// 'expected', with their data types and dims.
+TRITONSERVER_Error*
+ValidateTensors(
+    common::TritonJson::Value& config, const char* field,
+    const std::vector<TensorSpec>& expected)
+{
+  std::string expected_names;
+  for (const auto& spec : expected) {
+    expected_names += (expected_names.empty() ? "" : ", ") + spec.name;
+  }
+
+  common::TritonJson::Value tensors;
+  RETURN_IF_ERROR(config.MemberAsArray(field, &tensors));
+  RETURN_ERROR_IF_FALSE(
+      tensors.ArraySize() == expected.size(), TRITONSERVER_ERROR_INVALID_ARG,
+      std::string(field) + ": expected " + std::to_string(expected.size()) +
+          " tensors (" + expected_names + "), got " +
+          std::to_string(tensors.ArraySize()));
+
+  for (size_t i = 0; i < tensors.ArraySize(); ++i) {
+    common::TritonJson::Value io;
+    RETURN_IF_ERROR(tensors.IndexAsObject(i, &io));
+    std::string name;
+    RETURN_IF_ERROR(io.MemberAsString("name", &name));
+
+    const TensorSpec* spec = nullptr;
+    for (const auto& candidate : expected) {
+      if (candidate.name == name) {
+        spec = &candidate;
+      }
+    }
+    RETURN_ERROR_IF_TRUE(
+        spec == nullptr, TRITONSERVER_ERROR_INVALID_ARG,
+        std::string(field) + " '" + name + "': unexpected name, expected " +
+            expected_names);
+
+    std::string data_type;
+    RETURN_IF_ERROR(io.MemberAsString("data_type", &data_type));
+    RETURN_ERROR_IF_FALSE(
+        data_type == spec->data_type, TRITONSERVER_ERROR_INVALID_ARG,
+        std::string(field) + " '" + name + "': data_type must be " +
+            spec->data_type + ", got " + data_type);
+
+    std::vector<int64_t> dims;
+    RETURN_IF_ERROR(ParseShape(io, "dims", &dims));
+    RETURN_ERROR_IF_FALSE(
+        dims == spec->dims, TRITONSERVER_ERROR_INVALID_ARG,
+        std::string(field) + " '" + name + "': dims must be " +
+            ShapeToString(spec->dims) + ", got " + ShapeToString(dims));
+  }
+  return nullptr;  // success
+}
+
+}  // namespace
+
+TRITONSERVER_Error*
+ModelState::ValidateModelConfig()
+{
+  common::TritonJson::Value& config = ModelConfig();
+
+  // Responses go through a response factory, so the model must be decoupled.
+  bool decoupled = false;
+  common::TritonJson::Value policy;
+  if (config.Find("model_transaction_policy", &policy)) {
+    common::TritonJson::Value value;
+    if (policy.Find("decoupled", &value)) {
+      RETURN_IF_ERROR(value.AsBool(&decoupled));
+    }
+  }
+  RETURN_ERROR_IF_FALSE(
+      decoupled, TRITONSERVER_ERROR_INVALID_ARG,
+      std::string("model_transaction_policy.decoupled must be true for "
+                  "model '") +
+          Name() + "'");
+
+  RETURN_ERROR_IF_FALSE(
+      MaxBatchSize() == 0, TRITONSERVER_ERROR_INVALID_ARG,
+      std::string("max_batch_size must be 0 for model '") + Name() +
+          "', got " + std::to_string(MaxBatchSize()));
+
+  // Change these lists together with the config.pbtxt when your model takes
+  // other tensors.
+  RETURN_IF_ERROR(ValidateTensors(
+      config, "input",
+      {TensorSpec{"IN", "TYPE_INT32", {-1}},
+       TensorSpec{"DELAY", "TYPE_UINT32", {-1}},
+       TensorSpec{"WAIT", "TYPE_UINT32", {1}}}));
+  RETURN_IF_ERROR(ValidateTensors(
+      config, "output",
+      {TensorSpec{"OUT", "TYPE_INT32", {1}},
+       TensorSpec{"IDX", "TYPE_UINT32", {1}}}));
+  return nullptr;  // success
+}
+
+//
+// ModelInstanceState
+//
+// State associated with a model instance. An object of this class is created
+// and associated with each TRITONBACKEND_ModelInstance.
+//
+class ModelInstanceState : public BackendModelInstance {
+ public:
+  static TRITONSERVER_Error* Create(
+      ModelState* model_state,
+      TRITONBACKEND_ModelInstance* triton_model_instance,
+      ModelInstanceState** state);
+  // Stops the workers (their sleeps end at once) and joins them.
+  virtual ~ModelInstanceState();
+
+  // Take ownership of each request and start streaming its responses.
+  void ProcessRequests(
+      TRITONBACKEND_Request** requests, const uint32_t request_count);
+
+ private:
+  ModelInstanceState(
+      ModelState* model_state,
+      TRITONBACKEND_ModelInstance* triton_model_instance)
+      : BackendModelInstance(model_state, triton_model_instance)
+  {
+  }
+
+  // Runs on a worker thread: the whole response stream of one request. Takes
+  // the job so that its response factory, which keeps the model loaded, is
+  // deleted as soon as the stream ends.
+  void Stream(std::shared_ptr<StreamJob> job);
+
+  // Sleep until 'deadline'; false when the instance is shutting down.
+  bool SleepUntil(Clock::time_point deadline);
+
+  // Report a request's statistics to Triton (when built with stats).
+  void ReportRequestStatistics(
+      TRITONBACKEND_Request* request, bool success, uint64_t exec_start_ns,
+      uint64_t compute_start_ns);
+
+  // Report the request's statistics and release it.
+  void ReleaseRequest(StreamJob& job, bool success);
+
+  // Join the workers that have finished their stream.
+  void ReapFinishedWorkers();
+
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // guarded by mu_
+  // Used only by the thread that runs TRITONBACKEND_ModelInstanceExecute
+  // (Triton never runs it concurrently for one instance) and the destructor.
+  std::list<std::future<void>> workers_;
+};
+
+TRITONSERVER_Error*
+ModelInstanceState::Create(
+    ModelState* model_state, TRITONBACKEND_ModelInstance* triton_model_instance,
+    ModelInstanceState** state)
+{
+  try {
+    *state = new ModelInstanceState(model_state, triton_model_instance);
+  }
+  catch (const BackendModelInstanceException& ex) {
+    RETURN_ERROR_IF_TRUE(
+        ex.err_ == nullptr, TRITONSERVER_ERROR_INTERNAL,
+        std::string("unexpected nullptr in BackendModelInstanceException"));
+    RETURN_IF_ERROR(ex.err_);
+  }
+  return nullptr;  // success
+}
+
+ModelInstanceState::~ModelInstanceState()
+{
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  for (auto& worker : workers_) {
+    worker.wait();
+  }
+}
+
+bool
+ModelInstanceState::SleepUntil(Clock::time_point deadline)
+{
+  std::unique_lock<std::mutex> lock(mu_);
+  return !stop_cv_.wait_until(lock, deadline, [this] { return stopping_; });
+}
+
+void
+ModelInstanceState::ReapFinishedWorkers()
+{
+  workers_.remove_if([](const std::future<void>& worker) {
+    return worker.wait_for(std::chrono::seconds(0)) ==
+           std::future_status::ready;
+  });
+}
+
+void
+ModelInstanceState::ProcessRequests(
+    TRITONBACKEND_Request** requests, const uint32_t request_count)
+{
+  uint64_t exec_start_ns = 0;
+  SET_TIMESTAMP(exec_start_ns);
+  ReapFinishedWorkers();
+
+  for (uint32_t r = 0; r < request_count; ++r) {
+    RequestPtr request(requests[r]);  // released on every early exit
+    auto job = std::make_shared<StreamJob>();
+    job->exec_start_ns = exec_start_ns;
+
+    TRITONSERVER_Error* err = ReadRequest(request.get(), job.get());
+    if (err == nullptr) {
+      err = ResponseStream::Create(request.get(), &job->stream);
+    }
+    if (err != nullptr) {
+      SendErrorResponse(request.get(), err);
+      ReportRequestStatistics(
+          request.get(), false /* success */, exec_start_ns, exec_start_ns);
+      continue;
+    }
+    job->request = std::move(request);
+
+    try {
+      workers_.push_back(
+          std::async(std::launch::async, [this, job]() mutable {
+            Stream(std::move(job));
+          }));
+    }
+    catch (const std::system_error& ex) {
+      // No thread for this request: end its stream with the reason. The
+      // request is released when 'job' goes out of scope.
+      job->stream->Close(TRITONSERVER_ErrorNew(
+          TRITONSERVER_ERROR_UNAVAILABLE,
+          (std::string("cannot start a worker thread: ") + ex.what()).c_str()));
+    }
+  }
+
+#ifdef TRITON_ENABLE_STATS
+  // This call only hands the requests over; each request's own statistics are
+  // reported when it is released (see ReleaseRequest).
+  uint64_t exec_end_ns = 0;
+  SET_TIMESTAMP(exec_end_ns);
+  LOG_IF_ERROR(
+      TRITONBACKEND_ModelInstanceReportBatchStatistics(
+          TritonModelInstance(), request_count, exec_start_ns, exec_start_ns,
+          exec_end_ns, exec_end_ns),
+      "failed reporting batch statistics");
+#endif  // TRITON_ENABLE_STATS
+}
+
+void
+ModelInstanceState::Stream(std::shared_ptr<StreamJob> shared_job)
+{
+  StreamJob& job = *shared_job;
+  SET_TIMESTAMP(job.compute_start_ns);
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point release_at =
+      start + std::chrono::milliseconds(job.wait_ms);
+  Clock::time_point send_at = start;
+
+  TRITONSERVER_Error* error = nullptr;
+  for (size_t i = 0; i < job.in.size(); ++i) {
+    send_at += std::chrono::milliseconds(job.delay_ms[i]);
+    // Release the request as soon as its WAIT has passed, between responses.
+    if (job.request != nullptr && release_at <= send_at) {
+      if (!SleepUntil(release_at)) {
+        error = ShuttingDownError();
+        break;
+      }
+      ReleaseRequest(job, true /* success */);
+    }
+    if (!SleepUntil(send_at)) {
+      error = ShuttingDownError();
+      break;
+    }
+    if (job.stream->IsCancelled()) {
+      LOG_MESSAGE(
+          TRITONSERVER_LOG_VERBOSE,
+          ("stream cancelled by the client after " + std::to_string(i) +
+           " of " + std::to_string(job.in.size()) + " responses")
+              .c_str());
+      error = TRITONSERVER_ErrorNew(
+          TRITONSERVER_ERROR_CANCELLED, "request cancelled by the client");
+      break;
+    }
+
+    // Your streaming logic goes here: produce the i-th result (a token, a
+    // chunk, a partial result...) and send it. This example repeats IN[i].
+    error = job.stream->Send(job.in[i], static_cast<uint32_t>(i));
+    if (error != nullptr) {
+      break;
+    }
+  }
+
+  const bool success = (error == nullptr);
+  job.stream->Close(error);  // the final flag, with the error if any
+
+  if (job.request != nullptr) {
+    if (success) {
+      SleepUntil(release_at);
+    }
+    ReleaseRequest(job, success);
+  }
+}
+
+void
+ModelInstanceState::ReportRequestStatistics(
+    TRITONBACKEND_Request* request, bool success, uint64_t exec_start_ns,
+    uint64_t compute_start_ns)
+{
+#ifdef TRITON_ENABLE_STATS
+  uint64_t now_ns = 0;
+  SET_TIMESTAMP(now_ns);
+  LOG_IF_ERROR(
+      TRITONBACKEND_ModelInstanceReportStatistics(
+          TritonModelInstance(), request, success, exec_start_ns,
+          compute_start_ns, now_ns, now_ns),
+      "failed reporting request statistics");
+#else
+  (void)request;
+  (void)success;
+  (void)exec_start_ns;
+  (void)compute_start_ns;
+#endif  // TRITON_ENABLE_STATS
+}
+
+void
+ModelInstanceState::ReleaseRequest(StreamJob& job, bool success)
+{
+  ReportRequestStatistics(
+      job.request.get(), success, job.exec_start_ns, job.compute_start_ns);
+  job.request.reset();
+}
+
+}}}  // namespace triton::backend::{{ cookiecutter.backend_name }}
+
+//
+// The backend API: the functions Triton calls. Only TRITONBACKEND_* symbols are
+// exported (see the version script next to this file).
+//
+namespace triton { namespace backend { namespace {{ cookiecutter.backend_name }} {
+
+extern "C" {
+
+// Called once when the backend is loaded; checks that the server speaks a
+// backend API this backend was built for.
+TRITONBACKEND_ISPEC TRITONSERVER_Error*
+TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend)
+{
+  const char* cname = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_BackendName(backend, &cname));
+  const std::string name(cname);
+
+  uint32_t api_version_major = 0;
+  uint32_t api_version_minor = 0;
+  RETURN_IF_ERROR(
+      TRITONBACKEND_ApiVersion(&api_version_major, &api_version_minor));
+  LOG_MESSAGE(
+      TRITONSERVER_LOG_INFO,
+      (std::string("TRITONBACKEND_Initialize: ") + name + ", Triton backend "
+       "API version " + std::to_string(api_version_major) + "." +
+       std::to_string(api_version_minor) + ", built for " +
+       std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
+       std::to_string(TRITONBACKEND_API_VERSION_MINOR))
+          .c_str());
+
+  if ((api_version_major != TRITONBACKEND_API_VERSION_MAJOR) ||
+      (api_version_minor < TRITONBACKEND_API_VERSION_MINOR)) {
+    return TRITONSERVER_ErrorNew(
+        TRITONSERVER_ERROR_UNSUPPORTED,
+        (std::string("backend '") + name + "' was built for Triton backend " +
+         "API " + std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
+         std::to_string(TRITONBACKEND_API_VERSION_MINOR) +
+         " or a later minor version, but the server provides " +
+         std::to_string(api_version_major) + "." +
+         std::to_string(api_version_minor))
+            .c_str());
+  }
+  return nullptr;  // success
+}
+
+// Called for each model that uses this backend: create and validate its state.
+TRITONBACKEND_ISPEC TRITONSERVER_Error*
+TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model)
+{
+  ModelState* model_state = nullptr;
+  RETURN_IF_ERROR(ModelState::Create(model, &model_state));
+  std::unique_ptr<ModelState> owned(model_state);
+  RETURN_IF_ERROR(owned->ValidateModelConfig());
+  RETURN_IF_ERROR(
+      TRITONBACKEND_ModelSetState(model, reinterpret_cast<void*>(owned.get())));
+  owned.release();  // Triton holds it until TRITONBACKEND_ModelFinalize
+  return nullptr;   // success
+}
+
+TRITONBACKEND_ISPEC TRITONSERVER_Error*
+TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model)
+{
+  void* vstate = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vstate));
+  delete reinterpret_cast<ModelState*>(vstate);
+  return nullptr;  // success
+}
+
+// Called for each instance of a model (instance_group in config.pbtxt).
+TRITONBACKEND_ISPEC TRITONSERVER_Error*
+TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance)
+{
+  TRITONBACKEND_Model* model = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(instance, &model));
+  void* vmodelstate = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vmodelstate));
+  ModelState* model_state = reinterpret_cast<ModelState*>(vmodelstate);
+
+  ModelInstanceState* instance_state = nullptr;
+  RETURN_IF_ERROR(
+      ModelInstanceState::Create(model_state, instance, &instance_state));
+  std::unique_ptr<ModelInstanceState> owned(instance_state);
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceSetState(
+      instance, reinterpret_cast<void*>(owned.get())));
+  owned.release();  // Triton holds it until TRITONBACKEND_ModelInstanceFinalize
+  return nullptr;   // success
+}
+
+// Joins the instance's workers (see ~ModelInstanceState).
+TRITONBACKEND_ISPEC TRITONSERVER_Error*
+TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance)
+{
+  void* vstate = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &vstate));
+  delete reinterpret_cast<ModelInstanceState*>(vstate);
+  return nullptr;  // success
+}
+
+// Takes ownership of every request and returns at once: each request streams
+// its responses from a worker thread. Always returns success, because errors
+// are sent to the requests they concern.
+TRITONBACKEND_ISPEC TRITONSERVER_Error*
+TRITONBACKEND_ModelInstanceExecute(
+    TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests,
+    const uint32_t request_count)
+{
+  void* vstate = nullptr;
+  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &vstate));
+  reinterpret_cast<ModelInstanceState*>(vstate)->ProcessRequests(
+      requests, request_count);
+  return nullptr;  // success
+}
+
+}  // extern "C"
+
+}}}  // namespace triton::backend::{{ cookiecutter.backend_name }}

@@ -1,0 +1,31 @@
+"""Remove the files that the chosen options do not use (an explicit list per option)."""
+
+import shutil
+from pathlib import Path
+
+NATIVE = {{ 'True' if cookiecutter.native else 'False' }}
+PYTHON_BASED_BACKEND = {{ 'True' if cookiecutter.python_based_backend else 'False' }}
+VERSION_DIR = Path("model_repository/{{ cookiecutter.model_name }}/1")
+
+# The pybind11 extension, only with native=true.
+NATIVE_ONLY = [Path("native")]
+# The reusable backend (and an otherwise empty version directory), only with python_based_backend=true.
+PYTHON_BASED_BACKEND_ONLY = [Path("backends"), VERSION_DIR / ".gitkeep"]
+# The model for the stock python backend, only with python_based_backend=false.
+STOCK_PYTHON_BACKEND_ONLY = [VERSION_DIR / "model.py"]
+
+
+def remove(paths):
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+if not NATIVE:
+    remove(NATIVE_ONLY)
+if PYTHON_BASED_BACKEND:
+    remove(STOCK_PYTHON_BACKEND_ONLY)
+else:
+    remove(PYTHON_BASED_BACKEND_ONLY)

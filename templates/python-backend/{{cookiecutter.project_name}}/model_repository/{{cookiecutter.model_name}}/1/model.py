@@ -1,0 +1,1 @@
+{% include 'model.py.j2' %}

@@ -1,0 +1,312 @@
+"""The cpp-backend template: rendered files per option, their key contents, and real builds.
+
+The builds (marked ``cpp``) compile every rendered variant against Triton's sources from tbgen's cache
+with -Wall -Wextra -Werror and check the installed library; they skip when the cache lacks the release.
+ccache (CCACHE_DIR defaults to tbgen's cache) keeps Triton's own libraries from being recompiled for
+every variant: a warm run of the whole matrix takes about a minute on 2 cores, a cold one a few.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conftest import source_cache_dir, triton_sources_or_skip
+from triton_backend_gen import versions
+from triton_backend_gen.project import load_project
+from triton_backend_gen.toolchain.cmake import cmake_executable, run_cmake_build
+
+DTYPES = ["FP32", "FP16", "INT32", "INT64"]
+
+COMMON_FILES = {
+    ".github/workflows/ci.yml",
+    ".gitignore",
+    "CMakeLists.txt",
+    "CMakePresets.json",
+    "Dockerfile",
+    "README.md",
+    "cmake/my_backendConfig.cmake.in",
+    "model_repository/add_sub/1/.gitkeep",
+    "model_repository/add_sub/config.pbtxt",
+    "reference.py",
+    "src/libtriton_my_backend.ldscript",
+    "src/my_backend.cc",
+    "tbgen.toml",
+    "tests/conftest.py",
+    "tests/test_add_sub.py",
+}
+GPU_FILES = {"src/kernels.cu", "src/kernels.h"}
+
+
+def rendered_files(project: Path) -> set[str]:
+    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
+
+
+def read_config(project: Path, model: str = "add_sub") -> model_config_pb2.ModelConfig:
+    return text_format.Parse((project / "model_repository" / model / "config.pbtxt").read_text(),
+                             model_config_pb2.ModelConfig())
+
+
+def load_reference(project: Path):
+    spec = importlib.util.spec_from_file_location(f"reference_{id(project)}", project / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cmake_cache_default(cmakelists: str, variable: str) -> str:
+    match = re.search(rf'set\({variable} "([^"]*)"', cmakelists)
+    assert match, f"{variable} is not set in CMakeLists.txt"
+    return match.group(1)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_golden_file_list(render_template, gpu):
+    project = render_template("cpp-backend", gpu=gpu)
+    assert project.name == "my-backend"
+    assert rendered_files(project) == COMMON_FILES | (GPU_FILES if gpu else set())
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_nothing_is_left_unrendered(render_template, gpu):
+    project = render_template("cpp-backend", gpu=gpu, dtype="FP16")
+    for name in rendered_files(project):
+        text = (project / name).read_text()
+        assert "{{" not in text and "{%" not in text and "cookiecutter" not in text, name
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_rendered_python_compiles(render_template, gpu):
+    project = render_template("cpp-backend", gpu=gpu)
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+
+
+def test_cmakelists_defaults_follow_the_answers(render_template):
+    cmakelists = (render_template("cpp-backend", triton_version="24.10") / "CMakeLists.txt").read_text()
+    for repo in ("COMMON", "CORE", "BACKEND"):
+        assert cmake_cache_default(cmakelists, f"TRITON_{repo}_REPO_TAG") == "r24.10"
+    assert cmake_cache_default(cmakelists, "TRITON_REPO_ORGANIZATION") == "https://github.com/triton-inference-server"
+    assert "main" not in re.findall(r'REPO_TAG "([^"]*)"', cmakelists)
+    assert 'option(TRITON_ENABLE_GPU "Build the CUDA path for KIND_GPU instances" OFF)' in cmakelists
+    assert "option(TRITON_ENABLE_STATS" in cmakelists
+    assert "set(CMAKE_CXX_STANDARD 17)" in cmakelists
+    assert "set(CMAKE_EXPORT_COMPILE_COMMANDS ON)" in cmakelists
+    assert "enable_language(CUDA)" in cmakelists  # guarded by TRITON_ENABLE_GPU
+    assert "kernels.cu" not in cmakelists
+    for repo in ("repo-common", "repo-core", "repo-backend"):
+        assert f"FetchContent_Declare(\n  {repo}\n" in cmakelists
+    assert "FetchContent_MakeAvailable(repo-common repo-core repo-backend)" in cmakelists
+    assert "--version-script=${VERSION_SCRIPT}" in cmakelists
+    assert "LIBRARY DESTINATION backends/my_backend" in cmakelists
+    assert "OUTPUT_NAME triton_my_backend" in cmakelists
+    assert "install(\n  EXPORT my_backend-targets" in cmakelists
+
+
+def test_gpu_cmakelists_builds_the_kernel_for_the_chosen_architectures(render_template):
+    project = render_template("cpp-backend", gpu=True, cuda_architectures="80;90")
+    cmakelists = (project / "CMakeLists.txt").read_text()
+    assert 'option(TRITON_ENABLE_GPU "Build the CUDA path for KIND_GPU instances" ON)' in cmakelists
+    assert 'set(CMAKE_CUDA_ARCHITECTURES "80;90")' in cmakelists
+    assert "target_sources(${BACKEND_TARGET} PRIVATE src/kernels.cu src/kernels.h)" in cmakelists
+    # Backend r24.10..r25.07 hard-code architectures on kernel_library_new that nvcc 13 rejects.
+    fix = cmakelists.index("kernel_library_new PROPERTIES CUDA_ARCHITECTURES")
+    assert cmakelists.index("FetchContent_MakeAvailable(") < fix
+    assert "if(TRITON_ENABLE_GPU AND TARGET kernel_library_new)" in cmakelists
+    presets = (project / "CMakePresets.json").read_text()
+    assert '"TRITON_ENABLE_GPU": "ON"' in presets
+
+
+def test_version_script_exports_only_the_backend_api(render_template):
+    project = render_template("cpp-backend")
+    script = (project / "src" / "libtriton_my_backend.ldscript").read_text()
+    assert re.sub(r"\s+", " ", script).strip() == "{ global: TRITONBACKEND_*; local: *; };"
+
+
+def test_names_follow_the_backend_name(render_template):
+    project = render_template("cpp-backend", project_name="fancy-adder", backend_name="fancy_adder",
+                              model_name="adder", triton_version="24.10")
+    source = (project / "src" / "fancy_adder.cc").read_text()
+    assert "namespace triton { namespace backend { namespace fancy_adder {" in source
+    assert "class ModelState : public BackendModel" in source
+    assert "class ModelInstanceState : public BackendModelInstance" in source
+    assert read_config(project, "adder").backend == "fancy_adder"
+    dockerfile = (project / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in dockerfile
+    assert "FROM ${BASE_IMAGE} AS build" in dockerfile
+    assert "/opt/tritonserver/backends/fancy_adder/" in dockerfile
+    assert "COPY model_repository/ /models/" in dockerfile
+    assert (project / "tests" / "test_adder.py").is_file()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_config_follows_the_answers(render_template, dtype):
+    project = render_template("cpp-backend", dtype=dtype, dims="2,3", max_batch_size=4, instance_count=2,
+                              input0_name="A", output1_name="DIFF")
+    config = read_config(project)
+    assert config.backend == "my_backend"
+    assert config.max_batch_size == 4
+    assert config.HasField("dynamic_batching")
+    assert [t.name for t in config.input] == ["A", "INPUT1"]
+    assert [t.name for t in config.output] == ["OUTPUT0", "DIFF"]
+    type_name = model_config_pb2.DataType.Name
+    assert {type_name(t.data_type) for t in [*config.input, *config.output]} == {f"TYPE_{dtype}"}
+    assert {tuple(t.dims) for t in [*config.input, *config.output]} == {(2, 3)}
+    (group,) = config.instance_group
+    assert (model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind), group.count) == ("KIND_CPU", 2)
+    source = (project / "src" / "my_backend.cc").read_text()
+    assert f'kConfigDataType = "TYPE_{dtype}"' in source
+    assert 'kInput0 = "A"' in source and 'kOutput1 = "DIFF"' in source
+
+
+def test_config_without_batching_or_dynamic_batching(render_template):
+    assert not read_config(render_template("cpp-backend", max_batch_size=0)).HasField("dynamic_batching")
+
+
+def test_config_with_dynamic_batching_turned_off(render_template):
+    config = read_config(render_template("cpp-backend", dynamic_batching=False))
+    assert config.max_batch_size == 8 and not config.HasField("dynamic_batching")
+
+
+def test_gpu_defaults_to_gpu_instances(render_template):
+    (group,) = read_config(render_template("cpp-backend", gpu=True)).instance_group
+    assert group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+
+
+def test_tbgen_toml_records_the_project(render_template):
+    project = load_project(render_template("cpp-backend", gpu=True, dtype="INT64", max_batch_size=0,
+                                           triton_version="r24.10"))
+    assert (project.template, project.template_version) == ("cpp-backend", "0.1.0")
+    assert (project.name, project.backend, project.language) == ("my-backend", "my_backend", "cpp")
+    assert (project.triton_version, project.gpu) == ("24.10", True)
+    assert project.model_repository == project.root / "model_repository"
+    assert [(m.name, m.decoupled, m.max_batch_size) for m in project.models] == [("add_sub", False, 0)]
+    assert project.answers["dtype"] == "INT64"
+    assert project.answers["max_batch_size"] == 0
+    assert project.answers["gpu"] is True
+    assert project.answers["cuda_architectures"] == ";".join(versions.resolve("24.10").cuda_architectures)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_computes_add_sub(render_template, dtype):
+    reference = load_reference(render_template("cpp-backend", dtype=dtype, dims="3,-1"))
+    inputs = reference.make_inputs(5, seed=7)
+    assert inputs["INPUT0"].shape == (5, 3, reference.VARIABLE_DIM_SIZE)
+    assert inputs["INPUT0"].dtype == reference.DTYPE
+    assert (reference.make_inputs(5, seed=7)["INPUT1"] == inputs["INPUT1"]).all()  # deterministic
+    outputs = reference.compute(inputs)
+    wide = {name: array.astype("float64") for name, array in inputs.items()}
+    for name, expected in (("OUTPUT0", wide["INPUT0"] + wide["INPUT1"]), ("OUTPUT1", wide["INPUT0"] - wide["INPUT1"])):
+        assert outputs[name].dtype == reference.DTYPE
+        assert abs(outputs[name].astype("float64") - expected).max() <= 0.01 * abs(expected).max()
+    float_type = dtype.startswith("FP")
+    assert (reference.TOLERANCE["rtol"] > 0) == float_type
+
+
+def test_reference_without_batching_has_no_batch_dimension(render_template):
+    reference = load_reference(render_template("cpp-backend", max_batch_size=0, dims="4"))
+    assert reference.make_inputs(None)["INPUT1"].shape == (4,)
+
+
+def test_post_gen_hook_removes_gpu_files_by_explicit_list():
+    hook = (Path(__file__).resolve().parents[2] / "templates/cpp-backend/hooks/post_gen_project.py").read_text()
+    assert 'GPU_ONLY_FILES = ["src/kernels.cu", "src/kernels.h"]' in hook
+
+
+# --------------------------------------------------------------------------- builds
+
+
+def cmake_version() -> tuple[int, ...]:
+    output = subprocess.run([cmake_executable(), "--version"], capture_output=True, text=True, check=True).stdout
+    return tuple(int(part) for part in re.search(r"(\d+)\.(\d+)\.(\d+)", output).groups())
+
+
+@pytest.fixture(scope="module")
+def compiler_cache(tmp_path_factory):
+    """ccache settings shared by every build of the session; the cache survives between runs."""
+    if shutil.which("ccache") is None:
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        if "CCACHE_DIR" not in os.environ:
+            patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
+        # Paths under pytest's temporary root are hashed relative to the build directory, so the same
+        # Triton sources compiled in different projects and sessions hit the cache.
+        patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
+        yield os.environ["CCACHE_DIR"]
+
+
+def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
+    sources = triton_sources_or_skip(branch)
+    if gpu and shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH; the gpu variant needs the CUDA toolkit")
+    install = run_cmake_build(project, project / "build", triton_sources=sources, gpu=gpu)
+    library = install / "backends" / "my_backend" / "libtriton_my_backend.so"
+    assert library.is_file()
+    log = (project / "build" / "tbgen-build.log").read_text()
+    # -Werror already fails the build on a warning in the backend's own sources; this also catches a
+    # warning flag that went missing. (Triton's own sources are not ours to judge.)
+    own_sources = str(project / "src")
+    warnings = [line for line in log.splitlines() if own_sources in line and "warning" in line]
+    assert not warnings
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    exported = [line.split()[-1] for line in nm.stdout.splitlines() if line.strip()]
+    assert exported, "the library exports nothing"
+    assert all(name.startswith("TRITONBACKEND_") for name in exported), exported
+    assert {"TRITONBACKEND_Initialize", "TRITONBACKEND_ModelInstanceExecute"} <= set(exported)
+    return library
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_builds_against_r24_10(render_template, compiler_cache, dtype):
+    build_and_check(render_template("cpp-backend", dtype=dtype, triton_version="24.10"), "r24.10", gpu=False)
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_builds_against_r24_10(render_template, compiler_cache, dtype):
+    project = render_template("cpp-backend", dtype=dtype, gpu=True, triton_version="24.10")
+    library = build_and_check(project, "r24.10", gpu=True)
+    needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    assert "libcudart" in needed
+
+
+def skip_unless_cmake_fits(release) -> None:
+    needed = tuple(int(part) for part in release.min_cmake.split("."))
+    if cmake_version() < needed:
+        pytest.skip(f"backend {release.branch} needs CMake >= {release.min_cmake}, {cmake_executable()} is "
+                    f"{'.'.join(map(str, cmake_version()))} (pip install 'cmake>={release.min_cmake}')")
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_builds_against_r25_10(render_template, compiler_cache):
+    skip_unless_cmake_fits(versions.resolve("25.10"))
+    build_and_check(render_template("cpp-backend", dtype="FP16", triton_version="25.10", max_batch_size=0),
+                    "r25.10", gpu=False)
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_default_project_builds_against_the_newest_release(render_template, compiler_cache):
+    """`tbgen new` with no --triton-version targets the newest release: that project must build, GPU on."""
+    newest = versions.newest()
+    skip_unless_cmake_fits(newest)
+    project = render_template("cpp-backend", gpu=True)
+    assert f'TRITON_BACKEND_REPO_TAG "{newest.branch}"' in (project / "CMakeLists.txt").read_text()
+    build_and_check(project, newest.branch, gpu=True)

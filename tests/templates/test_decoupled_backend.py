@@ -1,0 +1,296 @@
+"""The decoupled-backend template: rendered files per language, their key contents, and a real build.
+
+The build test (marked ``cpp``) compiles the C++ variant against Triton r24.10 from tbgen's source cache
+with -Wall -Wextra -Werror and checks that the library exports only the backend API; it skips when the
+cache lacks the release. Streaming against a live server is the generated project's own tests/ (and
+tbgen's smoke tests), not this file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conftest import TEMPLATES, source_cache_dir, triton_sources_or_skip
+from triton_backend_gen.project import load_project
+from triton_backend_gen.toolchain.cmake import run_cmake_build
+
+TEMPLATE = "decoupled-backend"
+MODEL = "repeat_int32"
+
+COMMON_FILES = {
+    ".github/workflows/ci.yml",
+    ".gitignore",
+    "Dockerfile",
+    "README.md",
+    f"model_repository/{MODEL}/config.pbtxt",
+    "reference.py",
+    "tbgen.toml",
+    "tests/conftest.py",
+    f"tests/test_{MODEL}.py",
+}
+LANGUAGE_FILES = {
+    "cpp": {
+        "CMakeLists.txt",
+        "CMakePresets.json",
+        "cmake/my_backendConfig.cmake.in",
+        f"model_repository/{MODEL}/1/.gitkeep",
+        "src/libtriton_my_backend.ldscript",
+        "src/my_backend.cc",
+    },
+    "python": {f"model_repository/{MODEL}/1/model.py"},
+}
+LANGUAGES = sorted(LANGUAGE_FILES)
+
+# The interface of Triton's repeat example: name -> (data type, dims).
+INPUTS = {"IN": ("TYPE_INT32", [-1]), "DELAY": ("TYPE_UINT32", [-1]), "WAIT": ("TYPE_UINT32", [1])}
+OUTPUTS = {"OUT": ("TYPE_INT32", [1]), "IDX": ("TYPE_UINT32", [1])}
+
+
+def rendered_files(project: Path) -> set[str]:
+    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
+
+
+def read_config(project: Path, model: str = MODEL) -> model_config_pb2.ModelConfig:
+    return text_format.Parse((project / "model_repository" / model / "config.pbtxt").read_text(),
+                             model_config_pb2.ModelConfig())
+
+
+def load_reference(project: Path):
+    spec = importlib.util.spec_from_file_location(f"reference_{id(project)}", project / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tensor_interface(tensors) -> dict[str, tuple[str, list[int]]]:
+    return {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in tensors}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_golden_file_list(render_template, language):
+    project = render_template(TEMPLATE, language=language)
+    assert project.name == "my-backend"
+    assert rendered_files(project) == COMMON_FILES | LANGUAGE_FILES[language]
+
+
+def test_defaults_render_the_cpp_variant(render_template):
+    project = render_template(TEMPLATE)
+    assert rendered_files(project) == COMMON_FILES | LANGUAGE_FILES["cpp"]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_nothing_is_left_unrendered(render_template, language):
+    project = render_template(TEMPLATE, language=language)
+    for relative in rendered_files(project):
+        text = (project / relative).read_text()
+        assert not re.search(r"\{\{|\{%|cookiecutter\.", text), f"unrendered Jinja in {relative}"
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_rendered_python_compiles(render_template, language, tmp_path):
+    project = render_template(TEMPLATE, language=language)
+    sources = sorted(project.rglob("*.py"))
+    assert sources
+    for source in sources:
+        py_compile.compile(str(source), cfile=str(tmp_path / "compiled.pyc"), doraise=True)
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_config_is_decoupled_with_the_repeat_interface(render_template, language):
+    config = read_config(render_template(TEMPLATE, language=language))
+    assert config.name == MODEL
+    assert config.backend == ("my_backend" if language == "cpp" else "python")
+    assert config.model_transaction_policy.decoupled
+    assert config.max_batch_size == 0
+    assert not config.HasField("dynamic_batching")
+    assert tensor_interface(config.input) == INPUTS
+    assert tensor_interface(config.output) == OUTPUTS
+
+
+def test_model_name_answer_names_the_model(render_template):
+    project = render_template(TEMPLATE, language="python", model_name="stream_me")
+    assert read_config(project, "stream_me").name == "stream_me"
+    assert (project / "model_repository/stream_me/1/model.py").is_file()
+    assert (project / "tests/test_stream_me.py").is_file()
+    assert 'MODEL_NAME = "stream_me"' in (project / "tests/conftest.py").read_text()
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_tbgen_toml_records_the_project(render_template, language):
+    project = load_project(render_template(TEMPLATE, language=language, triton_version="24.10"))
+    assert project.template == TEMPLATE
+    assert project.language == language
+    assert project.backend == "my_backend"
+    assert project.triton_version == "24.10"
+    assert project.gpu is False
+    assert project.model_repository == project.root / "model_repository"
+    assert [(m.name, m.decoupled, m.max_batch_size) for m in project.models] == [(MODEL, True, 0)]
+    assert project.answers["language"] == language
+
+
+def test_cookiecutter_json_follows_the_contract():
+    context = json.loads((TEMPLATES / TEMPLATE / "cookiecutter.json").read_text())
+    assert context["model_name"] == MODEL
+    assert context["_tbgen_template"] == TEMPLATE
+    assert context["language"] == ["cpp", "python"]
+
+
+def test_cpp_source_uses_the_decoupled_api(render_template):
+    source = (render_template(TEMPLATE) / "src/my_backend.cc").read_text()
+    assert "namespace triton { namespace backend { namespace my_backend {" in source
+    for api in ("TRITONBACKEND_ResponseFactoryNew", "TRITONBACKEND_ResponseNewFromFactory",
+                "TRITONBACKEND_ResponseFactorySendFlags", "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+                "TRITONBACKEND_ResponseFactoryIsCancelled", "TRITONSERVER_ERROR_CANCELLED",
+                "TRITONBACKEND_API_VERSION_MAJOR", "class ModelState : public BackendModel",
+                "class ModelInstanceState : public BackendModelInstance"):
+        assert api in source, api
+    assert "Your streaming logic goes here" in source
+
+
+def test_cpp_cmakelists_targets_the_release_and_exports_only_the_backend_api(render_template):
+    project = render_template(TEMPLATE, triton_version="24.10")
+    cmakelists = (project / "CMakeLists.txt").read_text()
+    for repo in ("COMMON", "CORE", "BACKEND"):
+        assert re.search(rf'set\(TRITON_{repo}_REPO_TAG "r24\.10"', cmakelists), repo
+    assert "main" not in re.findall(r'REPO_TAG "([^"]*)"', cmakelists)
+    assert re.search(r'option\(TRITON_ENABLE_GPU "[^"]*" OFF\)', cmakelists)
+    assert "option(TRITON_ENABLE_STATS" in cmakelists
+    assert "OUTPUT_NAME triton_my_backend" in cmakelists
+    assert "LIBRARY DESTINATION backends/my_backend" in cmakelists
+    assert "CMAKE_EXPORT_COMPILE_COMMANDS ON" in cmakelists
+    script = (project / "src/libtriton_my_backend.ldscript").read_text()
+    assert re.search(r"global:\s*TRITONBACKEND_\*;\s*local:\s*\*;", script)
+
+
+def test_python_model_uses_the_response_sender(render_template):
+    model = (render_template(TEMPLATE, language="python") / f"model_repository/{MODEL}/1/model.py").read_text()
+    for api in ("get_response_sender()", "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "is_cancelled()",
+                "pb_utils.Logger", "using_decoupled_model_transaction_policy"):
+        assert api in model, api
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_dockerfile_has_a_build_stage_only_for_cpp(render_template, language):
+    dockerfile = (render_template(TEMPLATE, language=language, triton_version="24.10") / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in dockerfile
+    assert ("AS build" in dockerfile) == (language == "cpp")
+    assert ("/opt/tritonserver/backends/my_backend" in dockerfile) == (language == "cpp")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_generated_tests_stream_with_the_final_flag(render_template, language):
+    project = render_template(TEMPLATE, language=language)
+    tests = (project / f"tests/test_{MODEL}.py").read_text()
+    assert "enable_empty_final_response=True" in tests
+    assert "TRITON_GRPC_URL" in (project / "tests/conftest.py").read_text()
+
+
+def test_post_gen_hook_removes_files_by_explicit_list():
+    hook = (TEMPLATES / TEMPLATE / "hooks/post_gen_project.py").read_text()
+    assert '"cpp": ["CMakeLists.txt", "CMakePresets.json", "cmake", "src"' in hook
+    assert '"python": [str(VERSION_DIR / "model.py")]' in hook
+
+
+# --------------------------------------------------------------------------- reference.py
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_reference_streams_one_response_per_element(render_template, language):
+    reference = load_reference(render_template(TEMPLATE, language=language))
+    inputs = reference.make_inputs(None, seed=0)
+    assert {name: array.dtype for name, array in inputs.items()} == {
+        "IN": np.dtype(np.int32), "DELAY": np.dtype(np.uint32), "WAIT": np.dtype(np.uint32)}
+    assert inputs["IN"].ndim == 1 and inputs["DELAY"].shape == inputs["IN"].shape and inputs["WAIT"].shape == (1,)
+    responses = reference.responses(inputs)
+    assert len(responses) == inputs["IN"].size
+    for index, response in enumerate(responses):
+        assert set(response) == {"OUT", "IDX"}
+        assert response["OUT"].dtype == np.int32 and response["OUT"].shape == (1,)
+        assert response["IDX"].dtype == np.uint32 and response["IDX"].shape == (1,)
+        assert response["OUT"][0] == inputs["IN"][index] and response["IDX"][0] == index
+    assert reference.TOLERANCE == {"rtol": 0, "atol": 0}
+
+
+def test_reference_inputs_are_deterministic_per_seed(render_template):
+    reference = load_reference(render_template(TEMPLATE))
+    first, again, other = (reference.make_inputs(None, seed=s) for s in (0, 0, 1))
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name])
+    assert not np.array_equal(first["IN"], other["IN"])
+
+
+def test_reference_of_the_repeat_example_request(render_template):
+    reference = load_reference(render_template(TEMPLATE))
+    inputs = {"IN": np.array([4, 2, 0, 1], np.int32), "DELAY": np.full(4, 10, np.uint32),
+              "WAIT": np.array([5], np.uint32)}
+    assert [(r["OUT"][0], r["IDX"][0]) for r in reference.responses(inputs)] == [(4, 0), (2, 1), (0, 2), (1, 3)]
+    assert reference.responses({**inputs, "IN": np.zeros(0, np.int32), "DELAY": np.zeros(0, np.uint32)}) == []
+
+
+def test_reference_refuses_a_batch_size_and_a_short_delay(render_template):
+    reference = load_reference(render_template(TEMPLATE))
+    with pytest.raises(ValueError, match="max_batch_size 0"):
+        reference.make_inputs(2)
+    inputs = reference.make_inputs(None)
+    with pytest.raises(ValueError, match="DELAY"):
+        reference.responses({**inputs, "DELAY": inputs["DELAY"][:-1]})
+
+
+# --------------------------------------------------------------------------- build
+
+
+@pytest.fixture(scope="module")
+def compiler_cache(tmp_path_factory):
+    """ccache settings for the build; the cache survives between runs (as in test_cpp_backend.py)."""
+    if shutil.which("ccache") is None:
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        if "CCACHE_DIR" not in os.environ:
+            patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
+        patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
+        yield os.environ["CCACHE_DIR"]
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_cpp_variant_builds_against_r24_10(render_template, compiler_cache):
+    sources = triton_sources_or_skip("r24.10")
+    project = render_template(TEMPLATE, language="cpp", triton_version="24.10")
+    install = run_cmake_build(project, project / "build", triton_sources=sources, gpu=False)
+
+    library = install / "backends" / "my_backend" / "libtriton_my_backend.so"
+    assert library.is_file()
+    log = (project / "build" / "tbgen-build.log").read_text()
+    own_sources = str(project / "src")
+    assert "-Werror" in (project / "build" / "compile_commands.json").read_text()
+    assert not [line for line in log.splitlines() if own_sources in line and "warning" in line]
+
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    exported = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    assert exported == {
+        "TRITONBACKEND_Initialize",
+        "TRITONBACKEND_ModelInitialize",
+        "TRITONBACKEND_ModelFinalize",
+        "TRITONBACKEND_ModelInstanceInitialize",
+        "TRITONBACKEND_ModelInstanceFinalize",
+        "TRITONBACKEND_ModelInstanceExecute",
+    }
+    # The CMake package (lib/ or lib64/, as GNUInstallDirs decides).
+    assert list(install.glob("lib*/cmake/my_backend/my_backendConfig.cmake"))
+    assert list(install.glob("lib*/cmake/my_backend/my_backendTargets.cmake"))

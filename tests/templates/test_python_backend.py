@@ -1,0 +1,394 @@
+"""The python-backend template: rendered files per option, their key contents, and the native extension.
+
+The native tests build the rendered pybind11 extension with CMake (-Wall -Wextra -Werror) for this Python,
+import it and compare it with the project's reference.py. auto_complete_config runs against the real
+``triton_python_backend_utils`` shipped with the embedded server (the nvidia-pytriton wheel).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import py_compile
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from triton_backend_gen.project import load_project
+from triton_backend_gen.toolchain.cmake import cmake_executable
+
+TEMPLATE = "python-backend"
+
+COMMON_FILES = {
+    ".github/workflows/ci.yml",
+    ".gitignore",
+    "Dockerfile",
+    "README.md",
+    "model_repository/add_sub/config.pbtxt",
+    "reference.py",
+    "tbgen.toml",
+    "tests/conftest.py",
+    "tests/test_add_sub.py",
+}
+STOCK_MODEL_FILES = {"model_repository/add_sub/1/model.py"}
+PYTHON_BASED_BACKEND_FILES = {"backends/my_backend/model.py", "model_repository/add_sub/1/.gitkeep"}
+NATIVE_FILES = {"native/CMakeLists.txt", "native/src/my_backend_native.cc"}
+
+OPTION_MATRIX = [
+    {"native": native, "python_based_backend": pbb, "batching": batching}
+    for native in (False, True)
+    for pbb in (False, True)
+    for batching in ("per_request", "vectorized")
+]
+
+
+def option_id(options: dict) -> str:
+    return "-".join(f"{key}={value}" for key, value in options.items())
+
+
+def rendered_files(project: Path) -> set[str]:
+    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
+
+
+def model_file(project: Path) -> Path:
+    backend = project / "backends" / "my_backend" / "model.py"
+    return backend if backend.is_file() else project / "model_repository" / "add_sub" / "1" / "model.py"
+
+
+def read_config(project: Path) -> model_config_pb2.ModelConfig:
+    text = (project / "model_repository" / "add_sub" / "config.pbtxt").read_text()
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def load_module(path: Path, name: str | None = None):
+    spec = importlib.util.spec_from_file_location(name or f"{path.stem}_{id(path)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("options", OPTION_MATRIX, ids=option_id)
+def test_golden_file_list(render_template, options):
+    project = render_template(TEMPLATE, **options)
+    expected = set(COMMON_FILES)
+    expected |= PYTHON_BASED_BACKEND_FILES if options["python_based_backend"] else STOCK_MODEL_FILES
+    expected |= NATIVE_FILES if options["native"] else set()
+    assert rendered_files(project) == expected
+
+
+@pytest.mark.parametrize("options", OPTION_MATRIX, ids=option_id)
+def test_rendered_files_are_code_without_jinja(render_template, options, tmp_path):
+    project = render_template(TEMPLATE, **options)
+    for path in project.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert "{{" not in text and "{%" not in text and "cookiecutter" not in text, path
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), cfile=str(tmp_path / "pyc" / (path.name + "c")), doraise=True)
+
+
+@pytest.mark.parametrize("dtype", ["FP32", "FP16", "INT32", "INT64"])
+@pytest.mark.parametrize("dims,max_batch_size", [("16", 8), ("2,3", 0), ("-1", 4)])
+def test_every_dtype_and_shape_renders_compiling_python(render_template, dtype, dims, max_batch_size, tmp_path):
+    project = render_template(TEMPLATE, dtype=dtype, dims=dims, max_batch_size=max_batch_size,
+                              batching="vectorized", native=True)
+    for path in project.rglob("*.py"):
+        py_compile.compile(str(path), cfile=str(tmp_path / "pyc" / (path.name + "c")), doraise=True)
+
+
+# --------------------------------------------------------------------------- config.pbtxt and tbgen.toml
+
+
+def test_default_config_is_a_batching_python_model(render_template):
+    project = render_template(TEMPLATE)
+    config = read_config(project)
+    assert config.name == "add_sub"
+    assert config.backend == "python"
+    assert config.max_batch_size == 8
+    assert config.HasField("dynamic_batching")
+    assert [t.name for t in config.input] == ["INPUT0", "INPUT1"]
+    assert [t.name for t in config.output] == ["OUTPUT0", "OUTPUT1"]
+    for tensor in [*config.input, *config.output]:
+        assert tensor.data_type == model_config_pb2.TYPE_FP32
+        assert list(tensor.dims) == [16]
+    assert [(g.kind, g.count) for g in config.instance_group] == [(model_config_pb2.ModelInstanceGroup.KIND_CPU, 1)]
+
+
+def test_config_follows_the_answers(render_template):
+    project = render_template(
+        TEMPLATE, dtype="INT64", dims="2,-1", max_batch_size=0, dynamic_batching=True, instance_count=3,
+        input0_name="A", input1_name="B", output0_name="SUM", output1_name="DIFF", python_based_backend=True,
+    )
+    config = read_config(project)
+    assert config.backend == "my_backend"
+    assert config.max_batch_size == 0
+    assert not config.HasField("dynamic_batching")  # no batching, no dynamic batcher
+    assert [t.name for t in config.input] == ["A", "B"]
+    assert [t.name for t in config.output] == ["SUM", "DIFF"]
+    assert {t.data_type for t in [*config.input, *config.output]} == {model_config_pb2.TYPE_INT64}
+    assert {tuple(t.dims) for t in [*config.input, *config.output]} == {(2, -1)}
+    assert config.instance_group[0].count == 3
+    model = model_file(project).read_text()
+    for name in ("A", "B", "SUM", "DIFF"):
+        assert f'= "{name}"' in model
+
+
+@pytest.mark.parametrize("options", OPTION_MATRIX, ids=option_id)
+def test_tbgen_toml_is_the_contract(render_template, options):
+    project = render_template(TEMPLATE, **options)
+    loaded = load_project(project)
+    assert loaded.template == TEMPLATE
+    assert loaded.language == "python"
+    assert loaded.backend == "my_backend"
+    assert loaded.triton_version == loaded.answers["triton_version"]
+    assert f"tritonserver:{loaded.triton_version}-py3" in (project / "Dockerfile").read_text()
+    assert not loaded.gpu
+    assert loaded.model_repository == project / "model_repository"
+    assert [(m.name, m.decoupled, m.max_batch_size) for m in loaded.models] == [("add_sub", False, 8)]
+    for key, value in options.items():
+        assert loaded.answers[key] == value
+    raw = tomllib.loads((project / "tbgen.toml").read_text())
+    if options["native"]:
+        native = raw["native"]
+        assert (project / native["source_dir"] / "CMakeLists.txt").is_file()
+        assert native["module"] == "my_backend_native"
+        assert (project / native["install_dir"]) == model_file(project).parent
+    else:
+        assert "native" not in raw
+    if options["python_based_backend"]:
+        assert (project / raw["python_based_backend"]["dir"] / "model.py").is_file()
+    else:
+        assert "python_based_backend" not in raw
+
+
+# --------------------------------------------------------------------------- model.py
+
+
+def test_default_model_is_the_lean_per_request_path(render_template):
+    model = model_file(render_template(TEMPLATE)).read_text()
+    for needle in ("def auto_complete_config", "def initialize", "def execute", "def finalize", "pb_utils.Logger",
+                   "request.is_cancelled()", "pb_utils.TritonError.CANCELLED", "triton_string_to_numpy",
+                   "get_input_tensor_by_name", "def compute("):
+        assert needle in model, needle
+    assert model.count("get_input_tensor_by_name") == 1  # one read per input, in one loop
+    assert "np.concatenate" not in model
+    assert "native" not in model
+
+
+def test_vectorized_model_concatenates_and_documents_the_trade_off(render_template):
+    model = model_file(render_template(TEMPLATE, batching="vectorized")).read_text()
+    assert "np.concatenate" in model and "np.split" in model
+    assert "10-25%" in model
+
+
+def test_native_model_imports_the_extension_with_a_numpy_fallback(render_template):
+    model = model_file(render_template(TEMPLATE, native=True)).read_text()
+    assert "import my_backend_native as native_ext" in model
+    assert "except ImportError:" in model
+    assert "COMPUTE_PATH" in model and "compute path:" in model
+
+
+def test_python_based_backend_keeps_only_gitkeep_in_the_version_dir(render_template):
+    project = render_template(TEMPLATE, python_based_backend=True)
+    assert [p.name for p in (project / "model_repository" / "add_sub" / "1").iterdir()] == [".gitkeep"]
+    assert "class TritonPythonModel" in (project / "backends" / "my_backend" / "model.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def pb_utils_dir() -> Path:
+    """The python backend's triton_python_backend_utils.py, from the embedded server's wheel."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("nvidia-pytriton (the embedded server, `pip install .[server]`) is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "backends" / "python"
+    if not (path / "triton_python_backend_utils.py").is_file():
+        pytest.skip(f"no triton_python_backend_utils.py in {path}")
+    return path
+
+
+def auto_complete(model_py: Path, pb_utils_dir: Path, config: dict) -> dict:
+    """Run the model's auto_complete_config on ``config`` as the python backend's stub would."""
+    sys.path.insert(0, str(pb_utils_dir))
+    try:
+        pb_utils = importlib.import_module("triton_python_backend_utils")
+        model = load_module(model_py)
+        completed = model.TritonPythonModel.auto_complete_config(pb_utils.ModelConfig(json.dumps(config)))
+        return completed.as_dict()
+    finally:
+        sys.path.remove(str(pb_utils_dir))
+
+
+def test_auto_complete_fills_a_config_less_model(render_template, pb_utils_dir):
+    project = render_template(TEMPLATE, dtype="FP16", dims="2,3", max_batch_size=4)
+    config = auto_complete(model_file(project), pb_utils_dir,
+                           {"name": "add_sub", "max_batch_size": 0, "input": [], "output": []})
+    assert config["max_batch_size"] == 4
+    assert "dynamic_batching" in config
+    tensors = {t["name"]: (t["data_type"], t["dims"]) for t in config["input"] + config["output"]}
+    assert tensors == {name: ("TYPE_FP16", [2, 3]) for name in ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")}
+
+
+def test_auto_complete_keeps_what_the_config_declares(render_template, pb_utils_dir):
+    project = render_template(TEMPLATE)
+    declared = {"name": "add_sub", "max_batch_size": 0,
+                "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [5]}], "output": []}
+    config = auto_complete(model_file(project), pb_utils_dir, json.loads(json.dumps(declared)))
+    assert config["max_batch_size"] == 0  # declared inputs: the file's batching choice stands
+    assert "dynamic_batching" not in config
+    assert config["input"][0] == declared["input"][0]
+    assert [t["name"] for t in config["input"]] == ["INPUT0", "INPUT1"]
+    assert [t["name"] for t in config["output"]] == ["OUTPUT0", "OUTPUT1"]
+
+
+# --------------------------------------------------------------------------- other files
+
+
+def test_dockerfile_builds_on_the_release_image(render_template):
+    plain = (render_template(TEMPLATE, project_name="plain", triton_version="24.10") / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in plain
+    assert "AS build" not in plain and "backends/" not in plain
+    combined = render_template(TEMPLATE, project_name="both", native=True, python_based_backend=True)
+    dockerfile = (combined / "Dockerfile").read_text()
+    assert "FROM ${BASE_IMAGE} AS build" in dockerfile
+    assert "COPY backends/both/ /opt/tritonserver/backends/both/" in dockerfile
+    assert "COPY --from=build /out/ /opt/tritonserver/backends/both/" in dockerfile
+
+
+def test_readme_and_ci_describe_the_project(render_template):
+    project = render_template(TEMPLATE, native=True)
+    readme = (project / "README.md").read_text()
+    assert "model_repository/add_sub/1/model.py" in readme
+    assert "cmake -S native" in readme and "compute path: native" in readme
+    ci = (project / ".github" / "workflows" / "ci.yml").read_text()
+    assert "docker build" in ci and "pytest" in ci and "cmake -S native" in ci
+    assert "*.so" in (project / ".gitignore").read_text()
+
+
+def test_project_tests_skip_with_a_reason_without_a_server(render_template, tmp_path):
+    project = render_template(TEMPLATE)
+    closed = "127.0.0.1:9"  # discard port: nothing listens there
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
+        cwd=project, capture_output=True, text=True, timeout=300,
+        env={"PATH": str(Path(sys.executable).parent), "TRITON_HTTP_URL": closed, "TRITON_GRPC_URL": closed},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no Triton server answers over HTTP at 127.0.0.1:9" in result.stdout
+    assert " passed" not in result.stdout and "failed" not in result.stdout
+
+
+# --------------------------------------------------------------------------- reference.py
+
+
+@pytest.mark.parametrize("dtype", ["FP32", "FP16", "INT32", "INT64"])
+def test_reference_inputs_and_outputs(render_template, dtype):
+    reference = load_module(render_template(TEMPLATE, dtype=dtype, dims="2,-1") / "reference.py")
+    expected_dtype = {"FP32": np.float32, "FP16": np.float16, "INT32": np.int32, "INT64": np.int64}[dtype]
+    inputs = reference.make_inputs(5, seed=1)
+    assert set(inputs) == {"INPUT0", "INPUT1"}
+    for array in inputs.values():
+        assert array.dtype == expected_dtype
+        assert array.shape == (5, 2, reference.VARIABLE_DIM_SIZE)
+    again = reference.make_inputs(5, seed=1)
+    assert all(np.array_equal(inputs[name], again[name]) for name in inputs)
+    other = reference.make_inputs(5, seed=2)
+    assert not np.array_equal(inputs["INPUT0"], other["INPUT0"])
+    assert not np.array_equal(inputs["INPUT0"], inputs["INPUT1"])
+
+    outputs = reference.compute(inputs)
+    assert set(outputs) == {"OUTPUT0", "OUTPUT1"}
+    in0, in1 = (inputs[n].astype(np.float64) for n in ("INPUT0", "INPUT1"))
+    tolerance = reference.TOLERANCE
+    np.testing.assert_allclose(outputs["OUTPUT0"].astype(np.float64), in0 + in1, **tolerance)
+    np.testing.assert_allclose(outputs["OUTPUT1"].astype(np.float64), in0 - in1, **tolerance)
+    if np.issubdtype(expected_dtype, np.integer):
+        assert tolerance == {"rtol": 0, "atol": 0}
+    else:
+        assert tolerance["rtol"] > 0
+
+
+def test_reference_without_batching(render_template):
+    reference = load_module(render_template(TEMPLATE, max_batch_size=0, dims="4") / "reference.py")
+    assert reference.MAX_BATCH_SIZE == 0
+    assert reference.make_inputs(None)["INPUT0"].shape == (4,)
+
+
+# --------------------------------------------------------------------------- the native extension
+
+
+def build_native(project: Path, build_dir: Path) -> Path:
+    """Configure, build and install the rendered extension for this Python; returns the compile commands."""
+    cmake = cmake_executable()
+    configure = [cmake, "-S", str(project / "native"), "-B", str(build_dir), f"-DPython_EXECUTABLE={sys.executable}",
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DCMAKE_BUILD_TYPE=Release"]
+    if shutil.which("ninja"):
+        configure += ["-G", "Ninja"]
+    if shutil.which("ccache"):
+        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+    for command in (configure, [cmake, "--build", str(build_dir)], [cmake, "--install", str(build_dir)]):
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
+    return build_dir / "compile_commands.json"
+
+
+@pytest.fixture
+def require_pybind11():
+    if importlib.util.find_spec("pybind11") is None:
+        pytest.skip("pybind11 is not installed for this Python (pip install pybind11, or tbgen's build extra)")
+    if not shutil.which(cmake_executable()):
+        pytest.skip("cmake is not installed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["FP32", "FP16"])
+def test_native_extension_builds_warning_free_and_matches_reference(render_template, require_pybind11, dtype, tmp_path):
+    # A backend name per dtype, so that each build is a distinct extension module in this process.
+    backend = f"native_{dtype.lower()}"
+    project = render_template(TEMPLATE, project_name=backend, dtype=dtype, dims="3,-1", native=True)
+    commands = json.loads(build_native(project, tmp_path / "build").read_text())
+    flags = " ".join(entry["command"] for entry in commands)
+    for flag in ("-Wall", "-Wextra", "-Werror"):
+        assert flag in flags
+    version_dir = project / "model_repository" / "add_sub" / "1"
+    modules = list(version_dir.glob(f"{backend}_native.*.so"))
+    assert len(modules) == 1, f"the module was not installed next to model.py: {sorted(version_dir.iterdir())}"
+
+    native = load_module(modules[0], f"{backend}_native")
+    reference = load_module(project / "reference.py")
+    assert np.dtype(native.DTYPE) == np.dtype(reference.DTYPE)
+
+    for batch_size in (1, 4):
+        inputs = reference.make_inputs(batch_size, seed=batch_size)
+        out0, out1 = native.add_sub(inputs["INPUT0"], inputs["INPUT1"])
+        expected = reference.compute(inputs)
+        for name, actual in (("OUTPUT0", out0), ("OUTPUT1", out1)):
+            assert actual.dtype == expected[name].dtype and actual.shape == expected[name].shape
+            np.testing.assert_allclose(actual, expected[name], **reference.TOLERANCE, err_msg=name)
+
+    if dtype == "FP16":  # the half <-> float conversions agree with numpy's on every finite value
+        every_half = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+        every_half = every_half[np.isfinite(every_half)]
+        out0, out1 = native.add_sub(every_half, np.zeros_like(every_half))
+        assert np.array_equal(out0.view(np.uint16), (every_half + np.float16(0)).view(np.uint16))
+        rng = np.random.default_rng(0)
+        a, b = (rng.normal(0, 1e3, 100_000).astype(np.float16) for _ in range(2))
+        with np.errstate(over="ignore"):
+            assert np.array_equal(native.add_sub(a, b)[0], a + b, equal_nan=True)
+            assert np.array_equal(native.add_sub(a, b)[1], a - b, equal_nan=True)
+
+    wrong = np.zeros(3, dtype=np.float64)
+    with pytest.raises(TypeError, match=native.DTYPE):
+        native.add_sub(wrong, wrong)
+    good = reference.make_inputs(1)["INPUT0"]
+    with pytest.raises(ValueError, match="same shape"):
+        native.add_sub(good, np.concatenate([good, good], axis=-1))

@@ -1,0 +1,65 @@
+"""Every config of a project or model repository, checked with what the project's tbgen.toml expects."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from triton_backend_gen.model_config.checks import check_config
+from triton_backend_gen.model_config.findings import CONFIG_FILE, Expectations, Finding
+
+_SKIPPED_DIRS = {"__pycache__", "node_modules", "_deps"}
+
+
+def find_configs(root: Path) -> list[Path]:
+    """Every config.pbtxt under ``root`` (a project or a model repository), sorted.
+
+    Hidden directories and CMake build trees (which hold Triton's own example repositories) are skipped;
+    ``root`` may also be a config file itself."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if not d.startswith(".") and d not in _SKIPPED_DIRS and not (Path(dirpath, d, "CMakeCache.txt").exists())
+        ]
+        if CONFIG_FILE in filenames:
+            found.append(Path(dirpath, CONFIG_FILE))
+    return sorted(found)
+
+
+def validate_tree(root: Path) -> list[Finding]:
+    """Findings for every config under ``root``; models listed in the enclosing tbgen.toml (if any) are also
+    checked against what the project expects of them (backend, decoupled, GPU)."""
+    from triton_backend_gen.project import find_project_root, load_project
+
+    root = Path(root)
+    expectations: dict[Path, Expectations] = {}
+    start = root if root.is_dir() else root.parent
+    if find_project_root(start) is not None:
+        expectations = _project_expectations(load_project(start))
+    findings: list[Finding] = []
+    for config in find_configs(root):
+        findings.extend(check_config(config, expectations.get(config.resolve(), Expectations())))
+    return findings
+
+
+def _project_expectations(project: Any) -> dict[Path, Expectations]:
+    """The config path of each model the project's tbgen.toml lists -> what the project expects of it."""
+    python_based = bool(project.answers.get("python_based_backend", False))
+    if project.language == "python" and not python_based:
+        backend = "python"  # a model for the stock python backend
+    else:
+        backend = project.backend
+    # GPU support is a property of the project's own (C++) backend; a Python model may use GPUs through
+    # the stock python backend whatever tbgen.toml says.
+    gpu = project.gpu if project.language == "cpp" else None
+    repository = project.model_repository.resolve()
+    return {
+        repository / model.name / CONFIG_FILE: Expectations(backend=backend, decoupled=model.decoupled, gpu=gpu)
+        for model in project.models
+    }

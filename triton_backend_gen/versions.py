@@ -1,0 +1,192 @@
+"""The Triton release matrix: every fact tbgen needs about a Triton release, in one place.
+
+Other modules ask this one (``resolve``, ``newest``, ``cuda_architectures_for``) and hold no version
+literals of their own. Where each column comes from:
+
+- ``container`` / ``server_version``: the server repository's ``TRITON_VERSION`` file and the
+  ``TRITON_VERSION_MAP`` / ``DEFAULT_TRITON_VERSION_MAP`` of its ``build.py`` on branch rYY.MM.
+  The server version moves one minor per month, except 25.07, which was built out of 25.06 and is
+  2.59.1 (the r25.07 release notes say so).
+- ``python``: the Ubuntu base of the container (``base_image`` and the cuda-keyring repository in
+  ``build.py``): Ubuntu 22.04 with Python 3.10 up to 24.10, Ubuntu 24.04 with Python 3.12 from 24.11
+  (the 24.12 release notes: "Ubuntu 24.04 including Python 3.12"; the release compatibility table in
+  the server docs lists 3.10.12 for 24.10 and 3.12.3 for 24.11).
+- ``cuda``: "Release YY.MM is based on CUDA x.y.z" in each release's notes (24.01, 24.02, 24.06,
+  24.07, 24.10, 24.12, 25.01, 25.03, 25.04, 25.06, 25.08, 25.10, 26.02; 25.07 is built out of 25.06).
+  Where the notes give no patch level (24.04, 24.05) or were not at hand (24.08, 24.09, 24.11, 25.02,
+  25.05, 25.09, 25.11, 25.12, 26.01): the CUDA column of the release compatibility table in the server
+  docs (docs/introduction/compatibility.md, vllm-python-py3 images; it agrees with the notes for
+  24.04-25.04, 25.10 and 26.02 and trails them by a patch for 25.06 and 25.08). 24.03's notes name no
+  CUDA version; 12.4.0 is that month's NGC CUDA and was not confirmed from a source at hand.
+- ``backend_api`` / ``server_api``: ``TRITONBACKEND_API_VERSION_MAJOR/MINOR`` in
+  core's include/triton/core/tritonbackend.h and ``TRITONSERVER_API_VERSION_MAJOR/MINOR`` in
+  tritonserver.h, on branch rYY.MM (tests compare them with the headers when a checkout is at hand).
+- ``min_cmake``: the highest ``cmake_minimum_required`` of the CMakeLists.txt of backend, core and
+  common on branch rYY.MM (core asks 3.18 where the others ask 3.17; all three ask 3.31.8 from r25.08).
+- ``cuda_architectures``: derived from ``cuda`` by ``cuda_architectures_for`` (what that nvcc can
+  build, Turing and newer; checked against ``nvcc --list-gpu-arch`` of CUDA 13.0).
+
+The newest release listed is the newest one for which all of the above is established and for which
+core, common and backend all have an rYY.MM branch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from triton_backend_gen.errors import UnknownReleaseError, UsageError
+
+NGC_IMAGE = "nvcr.io/nvidia/tritonserver"
+
+
+@dataclass(frozen=True)
+class Release:
+    """One monthly Triton release (NGC container YY.MM, repository branch rYY.MM)."""
+
+    container: str
+    server_version: str
+    python: str
+    cuda: str
+    backend_api: tuple[int, int]
+    server_api: tuple[int, int]
+    cuda_architectures: tuple[str, ...]
+    min_cmake: str
+
+    @property
+    def branch(self) -> str:
+        """The tag of core/common/backend (and server) for this release, e.g. "r24.10"."""
+        return f"r{self.container}"
+
+    @property
+    def image(self) -> str:
+        """The NGC image of this release's server, e.g. "nvcr.io/nvidia/tritonserver:24.10-py3"."""
+        return f"{NGC_IMAGE}:{self.container}-py3"
+
+
+# --- CUDA architectures --------------------------------------------------------------------------
+# Turing (75) is the oldest architecture CUDA 13 builds for and the oldest the 25.xx containers
+# support ("compute capability 7.5 and later"); tbgen builds for Turing and newer with every CUDA.
+# Per CUDA release, the architectures nvcc accepts that a Triton server realistically runs on:
+# 89/90 exist since CUDA 11.8; 100 (B200), 101 (Thor) and 120 (RTX 50xx) arrive with 12.8;
+# CUDA 13.0 renames Thor to 110 and drops everything older than 75.
+# Left out on purpose: Jetson-only 87/88, and 103/121 (built as 100/120 code runs there via PTX).
+_ARCHS_CUDA_12 = ("75", "80", "86", "89", "90")
+_ARCHS_CUDA_12_8 = (*_ARCHS_CUDA_12, "100", "101", "120")
+_ARCHS_CUDA_13 = (*_ARCHS_CUDA_12, "100", "110", "120")
+_OLDEST_CUDA = (12, 0)
+
+
+def _parse_cuda_version(cuda_version: str) -> tuple[int, int]:
+    match = re.fullmatch(r"[vV]?(\d+)\.(\d+)(?:\.\d+)*", cuda_version.strip())
+    if not match:
+        raise UsageError(
+            f"'{cuda_version}' is not a CUDA version",
+            hint="Give it as MAJOR.MINOR[.PATCH], as `nvcc --version` prints it, e.g. 12.6 or 13.0.88.",
+        )
+    return int(match.group(1)), int(match.group(2))
+
+
+def cuda_architectures_for(cuda_version: str) -> tuple[str, ...]:
+    """The CMAKE_CUDA_ARCHITECTURES list to build with for an nvcc of ``cuda_version`` ("12.6.2", "13.0").
+
+    Raises UsageError for a CUDA this matrix does not cover (older than 12.0, or a newer major)."""
+    major, minor = _parse_cuda_version(cuda_version)
+    if major == 12:
+        return _ARCHS_CUDA_12_8 if minor >= 8 else _ARCHS_CUDA_12
+    if major == 13:
+        return _ARCHS_CUDA_13
+    oldest = ".".join(map(str, _OLDEST_CUDA))
+    raise UsageError(
+        f"CUDA {cuda_version.strip()} is not supported for GPU builds",
+        hint=f"tbgen builds CUDA kernels with CUDA {oldest} through 13.x, as the supported Triton "
+        "releases ship; install one of those toolkits or build without --gpu.",
+    )
+
+
+# --- The matrix ------------------------------------------------------------------------------------
+def _release(
+    container: str,
+    server_version: str,
+    python: str,
+    cuda: str,
+    backend_api: tuple[int, int],
+    server_api: tuple[int, int],
+    min_cmake: str,
+) -> Release:
+    return Release(
+        container=container,
+        server_version=server_version,
+        python=python,
+        cuda=cuda,
+        backend_api=backend_api,
+        server_api=server_api,
+        cuda_architectures=cuda_architectures_for(cuda),
+        min_cmake=min_cmake,
+    )
+
+
+RELEASES: tuple[Release, ...] = (
+    # container server     python  cuda      backend  server   min cmake
+    _release("24.01", "2.42.0", "3.10", "12.3.2", (1, 17), (1, 28), "3.18"),
+    _release("24.02", "2.43.0", "3.10", "12.3.2", (1, 18), (1, 28), "3.18"),
+    _release("24.03", "2.44.0", "3.10", "12.4.0", (1, 19), (1, 29), "3.18"),
+    _release("24.04", "2.45.0", "3.10", "12.4.1", (1, 19), (1, 30), "3.18"),
+    _release("24.05", "2.46.0", "3.10", "12.4.1", (1, 19), (1, 31), "3.18"),
+    _release("24.06", "2.47.0", "3.10", "12.5.0", (1, 19), (1, 32), "3.18"),
+    _release("24.07", "2.48.0", "3.10", "12.5.1", (1, 19), (1, 33), "3.18"),
+    _release("24.08", "2.49.0", "3.10", "12.6.0", (1, 19), (1, 34), "3.18"),
+    _release("24.09", "2.50.0", "3.10", "12.6.1", (1, 19), (1, 34), "3.18"),
+    _release("24.10", "2.51.0", "3.10", "12.6.2", (1, 19), (1, 34), "3.18"),
+    _release("24.11", "2.52.0", "3.12", "12.6.3", (1, 19), (1, 34), "3.18"),
+    _release("24.12", "2.53.0", "3.12", "12.6.3", (1, 19), (1, 34), "3.18"),
+    _release("25.01", "2.54.0", "3.12", "12.8.0", (1, 19), (1, 34), "3.18"),
+    _release("25.02", "2.55.0", "3.12", "12.8.0", (1, 19), (1, 34), "3.18"),
+    _release("25.03", "2.56.0", "3.12", "12.8.1", (1, 19), (1, 34), "3.18"),
+    _release("25.04", "2.57.0", "3.12", "12.9.0", (1, 19), (1, 34), "3.18"),
+    _release("25.05", "2.58.0", "3.12", "12.9.0", (1, 19), (1, 34), "3.18"),
+    _release("25.06", "2.59.0", "3.12", "12.9.1", (1, 19), (1, 34), "3.18"),
+    _release("25.07", "2.59.1", "3.12", "12.9.1", (1, 19), (1, 34), "3.18"),
+    _release("25.08", "2.60.0", "3.12", "13.0.0", (1, 19), (1, 34), "3.31.8"),
+    _release("25.09", "2.61.0", "3.12", "13.0.1", (1, 19), (1, 34), "3.31.8"),
+    _release("25.10", "2.62.0", "3.12", "13.0.2", (1, 19), (1, 34), "3.31.8"),
+    _release("25.11", "2.63.0", "3.12", "13.0.2", (1, 19), (1, 34), "3.31.8"),
+    _release("25.12", "2.64.0", "3.12", "13.1.0", (1, 19), (1, 34), "3.31.8"),
+    _release("26.01", "2.65.0", "3.12", "13.1.1", (1, 19), (1, 34), "3.31.8"),
+    _release("26.02", "2.66.0", "3.12", "13.1.1", (1, 19), (1, 34), "3.31.8"),
+)
+
+_BY_CONTAINER = {release.container: release for release in RELEASES}
+_BY_SERVER_VERSION = {release.server_version: release for release in RELEASES}
+
+
+def newest() -> Release:
+    """The newest release in the matrix: tbgen's default."""
+    return RELEASES[-1]
+
+
+def known_releases_hint() -> str:
+    """One line naming every known release with its server version, for error hints."""
+    listed = ", ".join(f"{r.container} ({r.server_version})" for r in RELEASES)
+    return f"Known releases: {listed}; newest: {newest().container}."
+
+
+def resolve(spec: str) -> Release:
+    """The release ``spec`` names: container "24.10", branch "r24.10" or server version "2.51.0" / "v2.51.0".
+
+    Raises UnknownReleaseError, whose hint lists the known releases, for anything else."""
+    text = spec.strip()
+    lowered = text.lower()
+    if re.fullmatch(r"r?\d{2}\.\d{2}", lowered):
+        release = _BY_CONTAINER.get(lowered.removeprefix("r"))
+    elif re.fullmatch(r"v?\d+\.\d+\.\d+", lowered):
+        release = _BY_SERVER_VERSION.get(lowered.removeprefix("v"))
+    else:
+        release = None
+    if release is None:
+        raise UnknownReleaseError(
+            f"Unknown Triton version '{text}': give a container (24.10), a branch (r24.10) "
+            "or a server version (2.51.0)",
+            hint=known_releases_hint(),
+        )
+    return release

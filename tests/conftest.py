@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,19 @@ def render_template(tmp_path):
         return render_new_project(name, tmp_path / project_name, answers)
 
     return render
+
+
+@pytest.fixture(scope="session")
+def compiler_cache(tmp_path_factory):
+    """ccache for every C++ build of the session, kept between runs beside the source cache, so Triton's own
+    libraries are compiled once rather than for every rendered variant."""
+    if shutil.which("ccache") is None:
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        if "CCACHE_DIR" not in os.environ:
+            patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
+        # Paths under pytest's temporary root are hashed relative to the build directory, so the same
+        # Triton sources compiled in different projects and sessions hit the cache.
+        patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
+        yield os.environ["CCACHE_DIR"]

@@ -35,7 +35,7 @@ def option_matrix(template: Template) -> Iterator[dict[str, Any]]:
     axes = [(o.key, o.choices or (False, True)) for o in template.options if o.choices or o.kind is bool]
     keys = [key for key, _ in axes]
     for values in itertools.product(*(choices for _, choices in axes)):
-        yield dict(zip(keys, values))
+        yield dict(zip(keys, values, strict=True))
     edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option(k)}
     if edge:
         yield edge

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_backend_gen.errors import UsageError
+from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.scaffold import render_new_project
 from triton_backend_gen.scaffold.render import render_project
 from triton_backend_gen.scaffold.templates import _read_template
@@ -78,8 +78,9 @@ def test_force_overwrites_template_files_and_keeps_the_users_own(tmp_path):
 
 def test_a_failing_template_leaves_nothing(tmp_path):
     spec = _read_template(make_template(tmp_path / "tpl", hook="import sys\nsys.exit(3)\n"))
-    with pytest.raises(Exception):
+    with pytest.raises(ScaffoldError) as err:
         render_project(spec, {"project_name": "proj", "greeting": "hi"}, tmp_path / "proj")
+    assert "failed to render" in err.value.message
     assert not (tmp_path / "proj").exists()
     assert leftovers(tmp_path) == []
 

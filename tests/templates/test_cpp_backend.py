@@ -9,7 +9,6 @@ every variant: a warm run of the whole matrix takes about a minute on 2 cores, a
 from __future__ import annotations
 
 import importlib.util
-import os
 import py_compile
 import re
 import shutil
@@ -20,7 +19,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conftest import source_cache_dir, triton_sources_or_skip
+from conftest import triton_sources_or_skip
 from triton_backend_gen import versions
 from triton_backend_gen.project import load_project
 from triton_backend_gen.toolchain.cmake import cmake_executable, run_cmake_build
@@ -231,21 +230,6 @@ def test_post_gen_hook_removes_gpu_files_by_explicit_list():
 def cmake_version() -> tuple[int, ...]:
     output = subprocess.run([cmake_executable(), "--version"], capture_output=True, text=True, check=True).stdout
     return tuple(int(part) for part in re.search(r"(\d+)\.(\d+)\.(\d+)", output).groups())
-
-
-@pytest.fixture(scope="module")
-def compiler_cache(tmp_path_factory):
-    """ccache settings shared by every build of the session; the cache survives between runs."""
-    if shutil.which("ccache") is None:
-        yield None
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        if "CCACHE_DIR" not in os.environ:
-            patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
-        # Paths under pytest's temporary root are hashed relative to the build directory, so the same
-        # Triton sources compiled in different projects and sessions hit the cache.
-        patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
-        yield os.environ["CCACHE_DIR"]
 
 
 def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:

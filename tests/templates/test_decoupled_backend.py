@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import py_compile
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conftest import TEMPLATES, source_cache_dir, triton_sources_or_skip
+from conftest import TEMPLATES, triton_sources_or_skip
 from triton_backend_gen.project import load_project
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
@@ -252,19 +250,6 @@ def test_reference_refuses_a_batch_size_and_a_short_delay(render_template):
 
 
 # --------------------------------------------------------------------------- build
-
-
-@pytest.fixture(scope="module")
-def compiler_cache(tmp_path_factory):
-    """ccache settings for the build; the cache survives between runs (as in test_cpp_backend.py)."""
-    if shutil.which("ccache") is None:
-        yield None
-        return
-    with pytest.MonkeyPatch.context() as patch:
-        if "CCACHE_DIR" not in os.environ:
-            patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
-        patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
-        yield os.environ["CCACHE_DIR"]
 
 
 @pytest.mark.cpp

@@ -49,3 +49,7 @@ class ConfigError(TbgenError):
 
 class BuildError(TbgenError):
     """Configuring, compiling or installing a project failed (the message names the first error and the log)."""
+
+
+class ServerError(TbgenError):
+    """No usable tritonserver, or one that would not start, become ready or stop (the message names the log)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +17,22 @@ TEMPLATES = REPO_ROOT / "templates"
 
 def source_cache_dir() -> Path:
     """tbgen's cache of Triton sources, as tbgen and ../shared/tools/triton-sources lay it out."""
-    base = os.environ.get("TBGEN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tbgen"
-    )
-    return Path(base) / "triton-src"
+    from triton_backend_gen.toolchain.sources import sources_dir
+
+    return sources_dir()
 
 
 def triton_sources_or_skip(branch: str) -> Path:
     """The cached core/common/backend sources of ``branch`` (e.g. "r24.10"), or skip the test saying why."""
-    root = source_cache_dir() / branch
-    missing = [name for name in ("core", "common", "backend") if not (root / name / "CMakeLists.txt").is_file()]
+    from triton_backend_gen.toolchain.sources import missing_repositories, sources_dir
+
+    missing = missing_repositories(branch)
     if missing:
         pytest.skip(
-            f"Triton sources for {branch} are not in {root} (missing: {', '.join(missing)}); "
-            "fill the cache with `tbgen deps` or ../shared/tools/triton-sources to run this test"
+            f"Triton sources for {branch} are not in {sources_dir() / branch} (missing: {', '.join(missing)}); "
+            "fill the cache with ../shared/tools/triton-sources (or `tbgen deps` once it exists) to run this test"
         )
-    return root
+    return sources_dir() / branch
 
 
 @pytest.fixture
@@ -61,3 +64,31 @@ def compiler_cache(tmp_path_factory):
         # Triton sources compiled in different projects and sessions hit the cache.
         patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
         yield os.environ["CCACHE_DIR"]
+
+
+def build_native(project: Path, build_dir: Path) -> Path:
+    """Configure, build and install a rendered python-backend's pybind11 extension for this Python (until
+    `tbgen build` does it); returns the compile commands."""
+    from triton_backend_gen.toolchain.cmake import cmake_executable
+
+    cmake = cmake_executable()
+    configure = [cmake, "-S", str(project / "native"), "-B", str(build_dir), f"-DPython_EXECUTABLE={sys.executable}",
+                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DCMAKE_BUILD_TYPE=Release"]
+    if shutil.which("ninja"):
+        configure += ["-G", "Ninja"]
+    if shutil.which("ccache"):
+        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+    for command in (configure, [cmake, "--build", str(build_dir)], [cmake, "--install", str(build_dir)]):
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
+    return build_dir / "compile_commands.json"
+
+
+@pytest.fixture
+def require_pybind11():
+    from triton_backend_gen.toolchain.cmake import cmake_executable
+
+    if importlib.util.find_spec("pybind11") is None:
+        pytest.skip("pybind11 is not installed for this Python (pip install pybind11, or tbgen's build extra)")
+    if not shutil.which(cmake_executable()):
+        pytest.skip("cmake is not installed")

@@ -140,6 +140,7 @@ def templates_check(
     template: Annotated[
         Optional[list[str]], typer.Option("--template", "-t", help="Only these templates (repeatable).")
     ] = None,
+    smoke: Annotated[bool, typer.Option("--smoke", help="Also run the smoke suite on each variant in a real server.")] = False,
 ) -> None:
     """Render every template over its option matrix and check the results."""
     from rich.markup import escape
@@ -147,7 +148,7 @@ def templates_check(
     from triton_backend_gen.template_check import check_templates
 
     with _user_errors():
-        report = check_templates(template or None, progress=lambda line: console.print(line, markup=False))
+        report = check_templates(template or None, smoke=smoke, progress=lambda line: console.print(line, markup=False))
     for failure in report.failures:
         console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False)
     colour = "red" if report.failures else "green"
@@ -196,6 +197,167 @@ def validate(
     console.print(f"[green]OK[/green] {path}")
 
 
+ServerPath = Annotated[
+    Optional[Path], typer.Option("--server", help="A tritonserver executable (default: $TRITONSERVER, PATH, "
+                                 "/opt/tritonserver, then the embedded wheel).")
+]
+
+
+@app.command()
+def serve(
+    project: Annotated[Path, typer.Argument(help="A project or a model repository.")] = Path("."),
+    server: ServerPath = None,
+    http_port: Annotated[int, typer.Option(help="HTTP port (0: a free one).")] = 0,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port (0: a free one).")] = 0,
+    metrics_port: Annotated[int, typer.Option(help="Metrics port (0: a free one).")] = 0,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream the server log.")] = False,
+) -> None:
+    """Start Triton on the project's model repository until Ctrl-C."""
+    from triton_backend_gen.runtime.server import start_server, stop_on_signals
+
+    with _user_errors(), stop_on_signals():
+        triton = start_server(
+            project, server=server, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+            host=host, verbose=verbose,
+        )
+        with triton:
+            _print_server(triton)
+            console.print("Serving; press Ctrl-C to stop.")
+            _wait_while_running(triton, follow_log=verbose)
+    console.print("Server stopped.")
+
+
+def _wait_while_running(triton, follow_log: bool) -> None:
+    """Block until Ctrl-C (or SIGTERM); with ``follow_log``, print the server log as it grows."""
+    import time
+
+    from triton_backend_gen.errors import ServerError
+
+    position = 0
+    while triton.running:
+        if follow_log:
+            with open(triton.log_file, errors="replace") as log:
+                log.seek(position)
+                chunk = log.read()
+                position = log.tell()
+            if chunk:
+                console.out(chunk, end="", highlight=False)
+        time.sleep(0.2)
+    raise ServerError(
+        "tritonserver exited on its own.", "Its log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}"
+    )
+
+
+def _print_server(triton) -> None:
+    from rich.table import Table
+
+    for warning in triton.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    console.print(triton.install.describe(), highlight=False)
+    endpoints = Table(title="Endpoints", title_justify="left")
+    for column in ("protocol", "address"):
+        endpoints.add_column(column)
+    endpoints.add_row("HTTP", triton.http_url)
+    endpoints.add_row("gRPC", triton.grpc_url)
+    endpoints.add_row("metrics", triton.metrics_url)
+    console.print(endpoints)
+    models = Table(title="Models", title_justify="left")
+    for column in ("model", "version", "state", "reason"):
+        models.add_column(column)
+    for m in triton.model_states():
+        colour = "green" if m.state == "READY" else "red"
+        models.add_row(m.name, m.version, f"[{colour}]{m.state or 'not loaded'}[/]", escape_markup(m.reason))
+    console.print(models)
+    console.print(f"Log: {triton.log_file}", highlight=False)
+
+
+def escape_markup(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+@app.command("test")
+def test_(
+    project: Annotated[Path, typer.Argument(help="The project to test.")] = Path("."),
+    server: ServerPath = None,
+    junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")] = None,
+    fuzz: Annotated[int, typer.Option("--fuzz", help="Also send N randomised malformed requests.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the fuzzer.")] = 0,
+) -> None:
+    """Start a real Triton, load the project's backend and run the smoke suite against it."""
+    from rich.table import Table
+
+    from triton_backend_gen.testrun import run_project_tests
+
+    with _user_errors():
+        report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed)
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    table = Table(title=f"{report.project.name}: smoke tests against {report.server}", title_justify="left")
+    for column in ("check", "protocol", "result", "detail", "seconds"):
+        table.add_column(column)
+    for r in report.results:
+        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+        table.add_row(r.name, r.protocol, verdict, escape_markup(r.detail), f"{r.seconds:.2f}")
+    console.print(table)
+    if junit_xml:
+        from triton_backend_gen.smoke import write_junit_xml
+
+        write_junit_xml(report.results, junit_xml, suite=report.project.name)
+        console.print(f"JUnit XML: {junit_xml}", highlight=False)
+    failed = sum(not r.passed for r in report.results)
+    colour = "red" if failed else "green"
+    console.print(f"[{colour}]{len(report.results) - failed} passed, {failed} failed[/]  (server log: {report.log_file})")
+    raise typer.Exit(1 if failed or not report.results else 0)
+
+
+@app.command()
+def infer(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    input_: Annotated[
+        Optional[list[str]], typer.Option("--input", "-i", help="NAME=FILE.npy or NAME=JSON (repeatable); "
+                                          "inputs not given come from the project's reference.py.")
+    ] = None,
+    project: Annotated[Path, typer.Option("--project", help="The project whose server to start.")] = Path("."),
+    url: Annotated[Optional[str], typer.Option("--url", help="Use a running server (HTTP host:port) instead.")] = None,
+    server: ServerPath = None,
+) -> None:
+    """Send one request and print the outputs."""
+    from triton_backend_gen.infer import infer_once
+
+    with _user_errors():
+        outputs = infer_once(model, input_ or [], project=project, url=url, server=server)
+    for name, array in outputs.items():
+        console.print(f"[bold]{name}[/bold] {array.dtype} {list(array.shape)}")
+        console.print(array, highlight=False)
+
+
+@app.command()
+def doctor(server: ServerPath = None) -> None:
+    """Check what tbgen needs: the tritonservers it can find, and how to fix what is missing."""
+    from rich.table import Table
+
+    from triton_backend_gen.runtime.discovery import discover_servers
+
+    table = Table(title="Triton servers, in the order tbgen looks for them", title_justify="left")
+    for column in ("source", "found", "note"):
+        table.add_column(column)
+    chosen = False
+    for source, install, note in discover_servers(server):
+        if install is not None:
+            mark = "[green]use[/green]" if not chosen else "found"
+            chosen = True
+            table.add_row(source, f"{mark} {install.version}", escape_markup(note or str(install.executable)))
+        else:
+            table.add_row(source, "[dim]no[/dim]", escape_markup(note))
+    console.print(table)
+    if not chosen:
+        console.print("[red]No tritonserver found.[/red] Fix: pip install 'triton-backend-gen[server]'")
+        raise typer.Exit(1)
+
+
 class _user_errors:
     """Turn a TbgenError into a Rich message and its exit code (no traceback for user mistakes)."""
 
@@ -210,9 +372,9 @@ class _user_errors:
             if exc.hint:
                 err_console.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
             raise typer.Exit(exc.exit_code)
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM/SIGHUP turned into one by the runtime
             err_console.print("[yellow]interrupted[/yellow]")
-            raise typer.Exit(130)
+            raise typer.Exit(getattr(exc, "exit_code", 130))
         return False
 
 

@@ -3,7 +3,9 @@
 The matrix is the product of each template's choice and boolean options (dtype x gpu x language x native x
 batching ...), plus one edge variant without batching and with variable dims. Each rendered variant must:
 load as a tbgen project, pass ``tbgen validate``, byte-compile every Python file, and contain no unrendered
-Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere).
+Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere). With ``smoke``, each variant is then
+built when it is C++ (against the Triton source cache) and smoke-tested in a real server, rendered for the
+server's own release.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class CheckReport:
     variants: int = 0
     files: int = 0
     failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 def option_matrix(template: Template) -> Iterator[dict[str, Any]]:
@@ -45,21 +48,63 @@ def describe(answers: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in answers.items()) or "defaults"
 
 
-def check_templates(names: list[str] | None = None, progress: Callable[[str], None] = lambda line: None) -> CheckReport:
+def check_templates(
+    names: list[str] | None = None, *, smoke: bool = False, progress: Callable[[str], None] = lambda line: None
+) -> CheckReport:
     from triton_backend_gen.scaffold import get_template, list_templates, render_new_project
 
     templates = [get_template(n) for n in names] if names else list(list_templates())
+    release = _server_release() if smoke else None
     report = CheckReport()
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
         for template in templates:
             for index, answers in enumerate(option_matrix(template)):
                 label = f"{template.name} [{describe(answers)}]"
                 progress(f"checking {label}")
+                if release and template.option("triton_version"):
+                    answers = {**answers, "triton_version": release}
                 project = render_new_project(template.name, Path(scratch) / f"{template.name}-{index}", answers)
                 report.variants += 1
                 report.files += sum(1 for p in project.rglob("*") if p.is_file())
-                report.failures += [f"{label}: {problem}" for problem in check_rendered_project(project, template)]
+                problems = check_rendered_project(project, template)
+                if smoke and not problems:
+                    problems, skip = smoke_rendered_project(project)
+                    if skip:
+                        report.skipped.append(f"{label}: {skip}")
+                report.failures += [f"{label}: {problem}" for problem in problems]
     return report
+
+
+def _server_release() -> str | None:
+    from triton_backend_gen.runtime.discovery import find_tritonserver
+
+    release = find_tritonserver().release
+    return release.container if release else None
+
+
+def smoke_rendered_project(project: Path) -> tuple[list[str], str]:
+    """(problems, reason it was skipped): build a C++ project if its sources are cached, then smoke-test it."""
+    from triton_backend_gen.errors import TbgenError
+    from triton_backend_gen.project import load_project
+    from triton_backend_gen.testrun import run_project_tests
+
+    meta = load_project(project)
+    if meta.language == "cpp":
+        from triton_backend_gen.toolchain.cmake import run_cmake_build
+        from triton_backend_gen.toolchain.sources import cached_sources
+
+        sources = cached_sources(f"r{meta.triton_version}")
+        if sources is None:
+            return [], f"Triton sources for r{meta.triton_version} are not cached, so it was not built"
+        try:
+            run_cmake_build(project, project / "build", triton_sources=sources, gpu=meta.gpu)
+        except TbgenError as err:
+            return [f"build failed: {err.message}"], ""
+    try:
+        report = run_project_tests(project)
+    except TbgenError as err:
+        return [f"{err.message} {err.hint}".strip()], ""
+    return [f"smoke {r.name} ({r.protocol}): {r.detail}" for r in report.results if not r.passed], ""
 
 
 def check_rendered_project(project: Path, template: Template) -> list[str]:

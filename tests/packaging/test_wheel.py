@@ -6,7 +6,6 @@ import tomllib
 import venv
 
 import pytest
-
 from conftest import REPO_ROOT
 
 

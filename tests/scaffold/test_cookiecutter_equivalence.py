@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import TEMPLATES
 
 TEMPLATE_NAMES = sorted(p.name for p in TEMPLATES.iterdir() if (p / "cookiecutter.json").is_file())

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from conftest import TEMPLATES
+
 from triton_backend_gen import versions
 from triton_backend_gen.errors import UsageError
 from triton_backend_gen.scaffold.templates import get_template, list_templates

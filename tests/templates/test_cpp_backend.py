@@ -16,10 +16,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import triton_sources_or_skip
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conftest import triton_sources_or_skip
 from triton_backend_gen import versions
 from triton_backend_gen.project import load_project
 from triton_backend_gen.toolchain.cmake import cmake_executable, run_cmake_build

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TEMPLATES, triton_sources_or_skip
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conftest import TEMPLATES, triton_sources_or_skip
 from triton_backend_gen.project import load_project
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 

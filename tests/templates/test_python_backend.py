@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import py_compile
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -18,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import build_native
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen.project import load_project
-from triton_backend_gen.toolchain.cmake import cmake_executable
 
 TEMPLATE = "python-backend"
 
@@ -324,29 +323,6 @@ def test_reference_without_batching(render_template):
 
 
 # --------------------------------------------------------------------------- the native extension
-
-
-def build_native(project: Path, build_dir: Path) -> Path:
-    """Configure, build and install the rendered extension for this Python; returns the compile commands."""
-    cmake = cmake_executable()
-    configure = [cmake, "-S", str(project / "native"), "-B", str(build_dir), f"-DPython_EXECUTABLE={sys.executable}",
-                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DCMAKE_BUILD_TYPE=Release"]
-    if shutil.which("ninja"):
-        configure += ["-G", "Ninja"]
-    if shutil.which("ccache"):
-        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
-    for command in (configure, [cmake, "--build", str(build_dir)], [cmake, "--install", str(build_dir)]):
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
-    return build_dir / "compile_commands.json"
-
-
-@pytest.fixture
-def require_pybind11():
-    if importlib.util.find_spec("pybind11") is None:
-        pytest.skip("pybind11 is not installed for this Python (pip install pybind11, or tbgen's build extra)")
-    if not shutil.which(cmake_executable()):
-        pytest.skip("cmake is not installed")
 
 
 @pytest.mark.slow

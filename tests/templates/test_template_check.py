@@ -5,7 +5,11 @@ import math
 import pytest
 
 from triton_backend_gen.scaffold import get_template
-from triton_backend_gen.template_check import check_rendered_project, check_templates, option_matrix
+from triton_backend_gen.template_check import (
+    check_rendered_project,
+    check_templates,
+    option_matrix,
+)
 
 
 def test_matrix_is_the_product_of_choices_and_booleans_plus_an_edge_variant():

@@ -16,7 +16,12 @@ import pytest
 from conftest import source_cache_dir
 
 from triton_backend_gen.errors import UnknownReleaseError, UsageError
-from triton_backend_gen.versions import RELEASES, cuda_architectures_for, newest, resolve
+from triton_backend_gen.versions import (
+    RELEASES,
+    cuda_architectures_for,
+    newest,
+    resolve,
+)
 
 MIRRORS = Path("/work/.mirror")
 SAMPLE = sorted({RELEASES[0], resolve("24.10"), resolve("25.07"), newest()}, key=lambda r: r.container)

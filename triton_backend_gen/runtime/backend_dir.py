@@ -22,7 +22,11 @@ from pathlib import Path
 
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import Project
-from triton_backend_gen.runtime.discovery import STUB_NAME, ServerInstall, python_version_of
+from triton_backend_gen.runtime.discovery import (
+    STUB_NAME,
+    ServerInstall,
+    python_version_of,
+)
 
 PYTHON_BACKEND = "python"
 
@@ -137,11 +141,11 @@ def _copy_python_backend(
         shutil.copy2(stub, target / STUB_NAME)
         return wanted, None
     available = ", ".join(sorted(install.python_stubs)) or "none"
-    return (
-        None,
+    warning = (
         f"the server has no python backend stub for Python {wanted} (it has: {available}); "
-        "Python models will run under the server's own stub, if any, and may not find this Python's packages",
+        "Python models will run under the server's own stub, if any, and may not find this Python's packages"
     )
+    return None, warning
 
 
 def _prepend(paths: tuple[Path, ...], current: str | None) -> str:

@@ -41,7 +41,6 @@ STUB_NAME = "triton_python_backend_stub"
 SOURCE_EXPLICIT = "--server"
 SOURCE_ENV = f"${ENV_VARIABLE}"
 SOURCE_PATH = "PATH"
-SOURCE_DEFAULT = str(DEFAULT_ROOT)
 SOURCE_WHEEL = "embedded wheel"
 
 _VERSION_IN_LOG = re.compile(r"^\|\s*server_version\s*\|\s*(\S+)\s*\|", re.MULTILINE)
@@ -159,7 +158,7 @@ def _probed_version(executable: str, _size: int, _mtime_ns: int, library_dirs: t
     env["LD_LIBRARY_PATH"] = os.pathsep.join([*library_dirs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
     try:
         result = subprocess.run(command, capture_output=True, text=True, errors="replace", env=env, timeout=60,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ServerError(f"{executable} could not be run to read its version: {err}") from err
     output = result.stdout + result.stderr
@@ -195,7 +194,8 @@ def _candidates(explicit: Path | None) -> list[tuple[str, Path | None, str]]:
     on_path = shutil.which("tritonserver")
     candidates.append((SOURCE_PATH, Path(on_path), "") if on_path else (SOURCE_PATH, None, "no tritonserver on PATH"))
     default = DEFAULT_ROOT / "bin" / "tritonserver"
-    candidates.append((SOURCE_DEFAULT, default, "") if default.is_file() else (SOURCE_DEFAULT, None, f"no {default}"))
+    label = str(DEFAULT_ROOT)  # "/opt/tritonserver"
+    candidates.append((label, default, "") if default.is_file() else (label, None, f"no {default}"))
     wheel = _wheel_executable()
     candidates.append(
         (SOURCE_WHEEL, wheel, "")

@@ -15,24 +15,31 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Self
 
 from triton_backend_gen.errors import ServerError
-from triton_backend_gen.runtime.backend_dir import BackendLayout
-from triton_backend_gen.runtime.discovery import ServerInstall
+from triton_backend_gen.project import Project, find_project_root, load_project
+from triton_backend_gen.runtime.backend_dir import BackendLayout, assemble_backend_dir
+from triton_backend_gen.runtime.discovery import ServerInstall, find_tritonserver
 
 LOOPBACK = "127.0.0.1"
 SHM_DIR = Path("/dev/shm")
@@ -40,7 +47,7 @@ SHM_PREFIX = "tbgen_"  # + "<tbgen pid>_<run>_": the python backend's shm-region
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 READY, UNAVAILABLE = "READY", "UNAVAILABLE"
-_SETTLED = {READY, UNAVAILABLE}
+_IN_PROGRESS = {"LOADING", "UNLOADING"}
 
 # Lines a CPU-only machine always logs: no CUDA driver, no NVML/DCGM, no pinned memory. Harmless there.
 _CPU_NOISE = re.compile(
@@ -118,6 +125,9 @@ def relevant_log_lines(log: str, limit: int = 40) -> list[str]:
     picked: list[str] = []
     following = False  # the unprefixed lines (tracebacks) after a picked line belong to it
     for line in log.splitlines():
+        if _CPU_NOISE.search(line):
+            following = False
+            continue
         match = _GLOG.match(line)
         if match is None:
             stripped = line.strip()
@@ -129,8 +139,6 @@ def relevant_log_lines(log: str, limit: int = 40) -> list[str]:
             continue
         level, message = match.groups()
         following = False
-        if _CPU_NOISE.search(message):
-            continue
         if level in "WEF" or _TROUBLE.search(message):
             picked.append(line.rstrip())
             following = True
@@ -170,9 +178,10 @@ class TritonServer:
         self._log: IO[bytes] | None = None
         self._returncode: int | None = None
         self._lock = threading.Lock()
+        self.remove_on_stop: list[Path] = []  # scratch directories this server owns (never the log)
 
     # --- lifecycle ---------------------------------------------------------------------------------------
-    def __enter__(self) -> TritonServer:
+    def __enter__(self) -> Self:
         if self._process is None:
             self.start()
         return self
@@ -183,7 +192,9 @@ class TritonServer:
     def start(self) -> None:
         """Launch the server and wait until it is live and every model is READY or has failed.
 
-        Raises ServerError (the server stopped again) for a busy port, an early exit or a timeout."""
+        Raises ServerError (the server stopped again) for a busy port, an early exit or a timeout.
+        Call it from a thread that outlives the server (normally the main thread): the kernel kills the
+        server when the thread that started it ends (PR_SET_PDEATHSIG)."""
         if self._process is not None:
             raise ServerError("This server was already started; create a new TritonServer to start another.")
         self.ports = self._choose_ports()
@@ -203,7 +214,7 @@ class TritonServer:
                 stderr=subprocess.STDOUT,
                 env=self.layout.environment(),
                 start_new_session=True,  # its own process group: stop() reaches the python stubs too
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one prctl() call, no locks taken
             )
         except OSError as err:
             self._close_log()
@@ -236,6 +247,8 @@ class TritonServer:
                 _wait_group_gone(process.pid, timeout=5)
                 _remove_shm_regions(self.shm_prefix)
                 self._close_log()
+                for path in self.remove_on_stop:
+                    shutil.rmtree(path, ignore_errors=True)
             return self._returncode
 
     # --- state ------------------------------------------------------------------------------------------
@@ -315,12 +328,13 @@ class TritonServer:
         taken = {port for port in chosen.values() if port}
         if len(taken) != sum(1 for port in chosen.values() if port):
             raise ServerError(f"The HTTP, gRPC and metrics ports must differ (got {requested}).")
-        for name in chosen:
-            while not chosen[name]:
-                candidate = free_port(host)
-                if candidate not in taken:
-                    chosen[name] = candidate
-                    taken.add(candidate)
+        for name, port in chosen.items():
+            while not port:
+                port = free_port(host)
+                if port in taken:
+                    port = 0
+            chosen[name] = port
+            taken.add(port)
         return Ports(**chosen)
 
     def _request(self, method: str, path: str, body: bytes | None = None, timeout: float = 5):
@@ -340,7 +354,7 @@ class TritonServer:
             try:
                 metadata = self._request("GET", "/v2", timeout=2)
                 foreign = metadata.get("name") != self.server_id
-                if not foreign and all(m.state in _SETTLED for m in self.model_states()):
+                if not foreign and not any(m.state in _IN_PROGRESS for m in self.model_states()):
                     return
             except (OSError, ValueError, urllib.error.URLError):
                 pass  # not listening yet
@@ -426,7 +440,7 @@ class _signals_deferred:
     """Hold SIGINT/SIGTERM/SIGHUP during a shutdown so a second Ctrl-C cannot interrupt it half-way;
     they are delivered once it is done."""
 
-    _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    _SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
     def __enter__(self) -> None:
         self._previous = None
@@ -440,3 +454,101 @@ class _signals_deferred:
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+# --- the stage function -------------------------------------------------------------------------------------
+def prepare_server(
+    project_or_repo: Path,
+    *,
+    server: Path | None = None,
+    python: Path = Path(sys.executable),
+    **overrides: Any,
+) -> TritonServer:
+    """A TritonServer (not started) for a tbgen project or a bare model repository.
+
+    For a project (a tbgen.toml at or above ``project_or_repo``): its model repository, the log at
+    ``<project>/build/tbgen/server.log`` and the backend tree under ``<project>/build/tbgen/``. For a bare
+    model repository: a temporary directory holds the backend tree and the log. ``overrides`` set
+    ServerOptions fields (http_port=8000, verbose=True, ...). ``warnings`` says when the project targets
+    another Triton release than the server's.
+    """
+    path = Path(project_or_repo).resolve()
+    install = find_tritonserver(server)
+    root = find_project_root(path)
+    if root is not None:
+        project = load_project(root)
+        work_dir = root / "build" / "tbgen"
+        repository = project.model_repository
+    elif path.is_dir():
+        project = None
+        work_dir = Path(tempfile.mkdtemp(prefix="tbgen-server-"))
+        repository = path
+    else:
+        raise ServerError(f"{path} is neither a tbgen project nor a model repository directory.",
+                          "Pass a project made by `tbgen new`, or a directory of models.")
+    layout = assemble_backend_dir(install, work_dir, project, python)
+    options = dataclasses.replace(
+        ServerOptions(model_repository=repository, log_file=work_dir / "server.log"), **overrides
+    )
+    triton = TritonServer(install, layout, options)
+    if project is not None:
+        triton.warnings.extend(release_warnings(project, install))
+    else:
+        triton.remove_on_stop += [work_dir / "backends", work_dir / "lib"]  # the log stays for reading
+    return triton
+
+
+def start_server(
+    project_or_repo: Path,
+    *,
+    server: Path | None = None,
+    python: Path = Path(sys.executable),
+    **overrides: Any,
+) -> TritonServer:
+    """The stage function of `tbgen serve` and `tbgen test`: ``prepare_server`` and start it (ready to use)."""
+    triton = prepare_server(project_or_repo, server=server, python=python, **overrides)
+    triton.start()
+    return triton
+
+
+def release_warnings(project: Project, install: ServerInstall) -> list[str]:
+    """A warning when the project targets another Triton release than the server's."""
+    release = install.release
+    if release is None:
+        return [(f"tritonserver {install.version} ({install.source}) is not a release tbgen knows; "
+                 f"{project.name} targets {project.triton_version}.")]
+    if release.container != project.triton_version:
+        return [(f"{project.name} targets Triton {project.triton_version}, but the server is {release.container} "
+                 f"(tritonserver {install.version}, {install.source}); results may differ from the target "
+                 "release. Pass --server a tritonserver of that release to test against it.")]
+    return []
+
+
+# --- signals ------------------------------------------------------------------------------------------------
+class SignalReceived(KeyboardInterrupt):
+    """SIGTERM or SIGHUP turned into an exception, so that `with TritonServer(...)` unwinds and stops it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt).
+
+    Only the main thread can install handlers; elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_signal(signum: int, _frame) -> None:
+        raise SignalReceived(signum)
+
+    previous = {signum: signal.signal(signum, raise_signal) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,8 +1,9 @@
-"""Fixtures for testing model "{{ cookiecutter.model_name }}" on a running Triton server.
+"""Fixtures for testing model "{{ cookiecutter.model_name }}" on a Triton server.
 
-Start a server with this backend and model repository (`tbgen test` does it for you), then run
-`pytest tests`. TRITON_HTTP_URL and TRITON_GRPC_URL select the server (default localhost:8000 and
-localhost:8001); without a server answering there, the tests skip and say so.
+With tbgen installed, `pytest tests` starts a server with this backend and model repository itself
+(tbgen's `triton_server` fixture; build the backend first with `tbgen build`) and stops it afterwards.
+TRITON_HTTP_URL and TRITON_GRPC_URL select a server that is already running instead; without tbgen they
+default to localhost:8000 and localhost:8001, and the tests skip, saying so, when no server answers there.
 """
 
 from __future__ import annotations
@@ -19,16 +20,50 @@ sys.path.insert(0, str(PROJECT_ROOT))
 import reference  # noqa: E402  (the project's numpy reference)
 
 MODEL_NAME = "{{ cookiecutter.model_name }}"
-HTTP_URL = os.environ.get("TRITON_HTTP_URL", "localhost:8000")
-GRPC_URL = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
+
+try:
+    from triton_backend_gen.testing import triton_server  # noqa: F401  (starts Triton for this project)
+except ImportError:
+
+    class _ServerAt:
+        """A server that is already running, at TRITON_HTTP_URL / TRITON_GRPC_URL."""
+
+        http_url = os.environ.get("TRITON_HTTP_URL", "localhost:8000")
+        grpc_url = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
+
+        def __init__(self):
+            self._clients = []
+
+        def http_client(self, **options):
+            import tritonclient.http as module
+
+            self._clients.append(module.InferenceServerClient(self.http_url, **options))
+            return self._clients[-1]
+
+        def grpc_client(self, **options):
+            import tritonclient.grpc as module
+
+            self._clients.append(module.InferenceServerClient(self.grpc_url, **options))
+            return self._clients[-1]
+
+        def close(self):
+            for client in self._clients:
+                client.close()
+
+    @pytest.fixture(scope="session")
+    def triton_server():
+        """The running server (tbgen is not installed, so nothing starts one here)."""
+        server = _ServerAt()
+        yield server
+        server.close()
 
 
-def _ready_client(module, url: str, variable: str):
-    client = module.InferenceServerClient(url)
+def _ready_client(client, url: str, variable: str):
     try:
         live = client.is_server_live()
     except Exception as err:  # connection refused, DNS, timeouts: no server to test against
-        pytest.skip(f"no Triton server answers at {url} (set {variable}): {err}")
+        pytest.skip(f"no Triton server answers at {url}: {err}; install tbgen (pip install "
+                    f"'triton-backend-gen[server]') to start one for these tests, or set {variable}")
     if not live:
         pytest.skip(f"the Triton server at {url} is not live (set {variable})")
     assert client.is_model_ready(MODEL_NAME), (
@@ -38,21 +73,15 @@ def _ready_client(module, url: str, variable: str):
 
 
 @pytest.fixture(scope="session")
-def http_client():
-    import tritonclient.http as httpclient
-
-    client = _ready_client(httpclient, HTTP_URL, "TRITON_HTTP_URL")
-    yield client
-    client.close()
+def http_client(triton_server):
+    """An HTTP client of the server; the triton_server fixture closes it at the end of the session."""
+    return _ready_client(triton_server.http_client(), triton_server.http_url, "TRITON_HTTP_URL")
 
 
 @pytest.fixture(scope="session")
-def grpc_client():
-    import tritonclient.grpc as grpcclient
-
-    client = _ready_client(grpcclient, GRPC_URL, "TRITON_GRPC_URL")
-    yield client
-    client.close()
+def grpc_client(triton_server):
+    """A gRPC client of the server; the triton_server fixture closes it at the end of the session."""
+    return _ready_client(triton_server.grpc_client(), triton_server.grpc_url, "TRITON_GRPC_URL")
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
-"""Fixtures for the tests of {{ cookiecutter.project_name }}: clients of a running Triton server.
+"""Fixtures for the tests of {{ cookiecutter.project_name }}: gRPC clients of a Triton server.
 
-Start a server on model_repository/ (for example `tbgen serve`, or the Docker image of the README) and run
-`pytest tests`. The server is found at TRITON_GRPC_URL (default localhost:8001); without one answering
-there, the tests skip and say so.
+With tbgen installed, `pytest` starts a server for this project itself (tbgen's `triton_server` fixture)
+and stops it afterwards. TRITON_GRPC_URL selects a server that is already running instead (`tbgen serve`,
+or the Docker image: see README.md); without tbgen it defaults to localhost:8001, and the tests skip,
+saying so, when no server answers there.
 """
 
 from __future__ import annotations
@@ -15,10 +16,37 @@ import pytest
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 MODEL_NAME = "{{ cookiecutter.model_name }}"
-GRPC_URL = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
 
 # reference.py sits at the project's root.
 sys.path.insert(0, str(PROJECT_DIR))
+
+try:
+    from triton_backend_gen.testing import triton_server  # noqa: F401  (starts Triton for this project)
+except ImportError:
+
+    class _ServerAt:
+        """A server that is already running, at TRITON_GRPC_URL."""
+
+        grpc_url = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
+
+        def __init__(self):
+            self._clients = []
+
+        def grpc_client(self, **options):
+            module = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+            self._clients.append(module.InferenceServerClient(self.grpc_url, **options))
+            return self._clients[-1]
+
+        def close(self):
+            for client in self._clients:
+                client.close()
+
+    @pytest.fixture(scope="session")
+    def triton_server():
+        """The running server (tbgen is not installed, so nothing starts one here)."""
+        server = _ServerAt()
+        yield server
+        server.close()
 
 
 @pytest.fixture(scope="session")
@@ -28,20 +56,22 @@ def grpcclient():
 
 
 @pytest.fixture(scope="session")
-def server_url(grpcclient) -> str:
-    """GRPC_URL once a server answers there and has the model ready; skips when no server answers."""
+def server_url(grpcclient, triton_server) -> str:
+    """The server's gRPC address once it answers there with the model ready; skips when no server answers."""
     from tritonclient.utils import InferenceServerException
 
-    with grpcclient.InferenceServerClient(GRPC_URL) as client:
-        try:
-            live = client.is_server_live(client_timeout=5)
-        except InferenceServerException as err:
-            pytest.skip(f"no Triton server answers at {GRPC_URL} (set TRITON_GRPC_URL): {err}")
-        if not live:
-            pytest.skip(f"the Triton server at {GRPC_URL} is not live")
-        if not client.is_model_ready(MODEL_NAME, client_timeout=5):
-            pytest.fail(f"the server at {GRPC_URL} answers but model '{MODEL_NAME}' is not ready; see its log")
-    return GRPC_URL
+    url = triton_server.grpc_url
+    client = triton_server.grpc_client()
+    try:
+        live = client.is_server_live(client_timeout=5)
+    except InferenceServerException as err:
+        pytest.skip(f"no Triton server answers at {url}: {err}; install tbgen (pip install "
+                    "'triton-backend-gen[server]') to start one for these tests, or set TRITON_GRPC_URL")
+    if not live:
+        pytest.skip(f"the Triton server at {url} is not live")
+    if not client.is_model_ready(MODEL_NAME, client_timeout=5):
+        pytest.fail(f"the server at {url} answers but model '{MODEL_NAME}' is not ready; see its log")
+    return url
 
 
 @pytest.fixture

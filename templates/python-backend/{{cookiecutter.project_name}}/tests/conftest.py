@@ -1,12 +1,14 @@
-"""Fixtures: clients of a running Triton server that serves model_repository/, and reference.py.
+"""Fixtures: clients of a Triton server that serves model_repository/, and reference.py.
 
-Start the server first (`tbgen serve`, or the Docker image: see README.md), then run `pytest`.
-TRITON_HTTP_URL and TRITON_GRPC_URL say where it listens (default localhost:8000 and localhost:8001).
-Without a server the tests are skipped, saying so.
+With tbgen installed, `pytest` starts a server for this project itself (tbgen's `triton_server` fixture)
+and stops it afterwards. TRITON_HTTP_URL and TRITON_GRPC_URL select a server that is already running
+instead (`tbgen serve`, or the Docker image: see README.md); without tbgen they default to localhost:8000
+and localhost:8001, and the tests skip, saying so, when no server answers there.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -16,10 +18,41 @@ import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = "{{ cookiecutter.model_name }}"
-URLS = {
-    "http": os.environ.get("TRITON_HTTP_URL", "localhost:8000"),
-    "grpc": os.environ.get("TRITON_GRPC_URL", "localhost:8001"),
-}
+
+try:
+    from triton_backend_gen.testing import triton_server  # noqa: F401  (starts Triton for this project)
+except ImportError:
+
+    class _ServerAt:
+        """A server that is already running, at TRITON_HTTP_URL / TRITON_GRPC_URL."""
+
+        http_url = os.environ.get("TRITON_HTTP_URL", "localhost:8000")
+        grpc_url = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
+
+        def __init__(self):
+            self._clients = []
+
+        def http_client(self, **options):
+            return self._client("http", self.http_url, options)
+
+        def grpc_client(self, **options):
+            return self._client("grpc", self.grpc_url, options)
+
+        def _client(self, protocol, url, options):
+            module = pytest.importorskip(f"tritonclient.{protocol}", reason="pip install 'tritonclient[all]'")
+            self._clients.append(module.InferenceServerClient(url, **options))
+            return self._clients[-1]
+
+        def close(self):
+            for client in self._clients:
+                client.close()
+
+    @pytest.fixture(scope="session")
+    def triton_server():
+        """The running server (tbgen is not installed, so nothing starts one here)."""
+        server = _ServerAt()
+        yield server
+        server.close()
 
 
 @pytest.fixture(scope="session")
@@ -31,34 +64,30 @@ def reference() -> ModuleType:
     return module
 
 
-def connect(protocol: str, **options):
-    """A client of the server over ``protocol`` ("http" or "grpc"); skips the test when none answers."""
-    client_module = pytest.importorskip(f"tritonclient.{protocol}", reason="pip install 'tritonclient[all]'")
-    url = URLS[protocol]
-    client = client_module.InferenceServerClient(url, **options)
+def connect(triton_server, protocol: str, **options):
+    """A client of the server over ``protocol`` ("http" or "grpc"); skips the test when none answers.
+
+    The triton_server fixture closes it at the end of the session."""
+    client = getattr(triton_server, f"{protocol}_client")(**options)
+    url = getattr(triton_server, f"{protocol}_url")
     try:
         live = client.is_server_live()
     except Exception as err:  # noqa: BLE001 - any connection failure means: no server here
-        client.close()
         pytest.skip(f"no Triton server answers over {protocol.upper()} at {url} ({type(err).__name__}); "
-                    f"start one on model_repository/ or set TRITON_{protocol.upper()}_URL")
+                    f"install tbgen (pip install 'triton-backend-gen[server]') to start one for these tests, "
+                    f"or start one on model_repository/ and set TRITON_{protocol.upper()}_URL")
     if not live or not client.is_model_ready(MODEL_NAME):
-        client.close()
         pytest.fail(f"the server at {url} is up but model '{MODEL_NAME}' is not ready; see the server log")
     return client
 
 
 @pytest.fixture(scope="session", params=["http", "grpc"])
-def triton(request):
+def triton(request, triton_server):
     """(protocol module, client) for each protocol in turn."""
-    client = connect(request.param)
-    yield importlib.import_module(f"tritonclient.{request.param}"), client
-    client.close()
+    return importlib.import_module(f"tritonclient.{request.param}"), connect(triton_server, request.param)
 
 
 @pytest.fixture(scope="session")
-def http_pool():
+def http_pool(triton_server):
     """An HTTP client that keeps up to 8 requests in flight (async_infer)."""
-    client = connect("http", concurrency=8)
-    yield client
-    client.close()
+    return connect(triton_server, "http", concurrency=8)

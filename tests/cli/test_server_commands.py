@@ -1,0 +1,284 @@
+"""`tbgen test`, `tbgen serve`, `tbgen infer` and `tbgen templates check --smoke` end to end: real tbgen
+processes, the real embedded tritonserver, rendered (and, for C++, built) projects."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from conftest import build_native, triton_sources_or_skip
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def embedded_server():
+    from triton_backend_gen.errors import ServerError
+    from triton_backend_gen.runtime.discovery import find_tritonserver
+
+    try:
+        return find_tritonserver()
+    except ServerError as err:
+        pytest.skip(f"no tritonserver to test against: {err.message} ({err.hint})")
+
+
+def tbgen(*args, cwd=None, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "250"},
+    )
+
+
+def new_project(tmp_path: Path, template: str, *sets: str, name: str = "proj") -> Path:
+    args = ["new", str(tmp_path / name), "-t", template, "--no-input", "--triton-version", "24.10"]
+    for item in sets:
+        args += ["--set", item]
+    result = tbgen(*args)
+    assert result.returncode == 0, result.stderr
+    return tmp_path / name
+
+
+def build_cpp(project: Path, compiler_cache) -> None:
+    from triton_backend_gen.toolchain.cmake import run_cmake_build
+
+    run_cmake_build(project, project / "build", triton_sources=triton_sources_or_skip("r24.10"), gpu=False)
+
+
+def servers_of(project: Path) -> list[int]:
+    """Pids of tritonserver processes serving ``project``'s model repository."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"tritonserver") and any(str(project).encode() in a for a in cmdline):
+            pids.append(int(entry.name))
+    return pids
+
+
+def assert_passed(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert " 0 failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("template", "sets"),
+    [
+        ("python-backend", ()),
+        ("python-backend", ("python_based_backend=yes", "dtype=INT32")),
+        ("python-backend", ("batching=vectorized", "dtype=FP16", "max_batch_size=0")),
+        ("decoupled-backend", ("language=python",)),
+    ],
+)
+def test_python_projects_pass_the_smoke_suite(tmp_path, template, sets):
+    project = new_project(tmp_path, template, *sets)
+    junit = tmp_path / "junit.xml"
+    result = tbgen("test", str(project), "--junit-xml", str(junit))
+    assert_passed(result)
+    suite = ET.parse(junit).getroot()
+    cases = suite.findall(".//testcase")
+    assert cases and not suite.findall(".//failure")
+    assert (project / "build" / "tbgen" / "server.log").is_file()
+    assert servers_of(project) == []
+
+
+@pytest.mark.cpp
+@pytest.mark.parametrize(("template", "sets"), [("cpp-backend", ("dtype=FP16",)), ("decoupled-backend", ())])
+def test_cpp_projects_pass_the_smoke_suite(tmp_path, compiler_cache, template, sets):
+    project = new_project(tmp_path, template, *sets)
+    build_cpp(project, compiler_cache)
+    result = tbgen("test", str(project), "--fuzz", "200")
+    assert_passed(result)
+    assert "fuzz: 200 malformed requests" in result.stdout
+    assert servers_of(project) == []
+
+
+def test_native_python_project_runs_the_native_path(tmp_path, require_pybind11):
+    project = new_project(tmp_path, "python-backend", "native=yes", "dtype=FP16")
+    log = project / "build" / "tbgen" / "server.log"
+    assert_passed(tbgen("test", str(project)))
+    assert "compute path: numpy (native extension not built)" in log.read_text()
+    build_native(project, project / "build" / "native")
+    assert_passed(tbgen("test", str(project)))
+    assert "add_sub: compute path: native (" in log.read_text()
+
+
+def test_wrong_outputs_fail_with_exit_1(tmp_path):
+    project = new_project(tmp_path, "python-backend")
+    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    model.write_text(model.read_text().replace("return in0 + in1, in0 - in1", "return in0 + in1, in0 + in1"))
+    result = tbgen("test", str(project))
+    assert result.returncode == 1
+    assert "FAIL" in result.stdout and "OUTPUT1" in result.stdout
+    assert servers_of(project) == []
+
+
+def test_a_model_that_fails_to_load_shows_the_relevant_log(tmp_path):
+    project = new_project(tmp_path, "python-backend")
+    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    model.write_text(model.read_text() + "\nraise RuntimeError('deliberately broken model')\n")
+    result = tbgen("test", str(project))
+    assert result.returncode == 1
+    output = " ".join(result.stderr.split())
+    assert "add_sub" in output and "deliberately broken model" in output
+    assert "server.log" in output
+    assert "NVML" not in output and "CUDA driver" not in output  # the harmless CPU-machine noise is left out
+    assert servers_of(project) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_tbgen_test_leaves_no_server(tmp_path, signum):
+    project = new_project(tmp_path, "decoupled-backend", "language=python")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "triton_backend_gen", "test", str(project), "--fuzz", "400"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not servers_of(project):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the server never started"
+            time.sleep(0.1)
+        time.sleep(3)  # mid-run: the server is up and requests are flowing
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 10
+    while servers_of(project) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert servers_of(project) == []
+
+
+def test_sigkill_of_tbgen_test_leaves_no_server(tmp_path):
+    project = new_project(tmp_path, "python-backend")
+    proc = subprocess.Popen([sys.executable, "-m", "triton_backend_gen", "test", str(project), "--fuzz", "400"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not servers_of(project):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while servers_of(project) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert servers_of(project) == []
+
+
+def test_fuzz_keeps_the_server_healthy(tmp_path):
+    project = new_project(tmp_path, "python-backend", "dims=-1")
+    result = tbgen("test", str(project), "--fuzz", "200", "--seed", "7")
+    assert_passed(result)
+    assert "fuzz" in result.stdout
+
+
+def test_infer_prints_the_outputs(tmp_path):
+    project = new_project(tmp_path, "python-backend", "dtype=INT32", "dims=3", "max_batch_size=0")
+    result = tbgen("infer", "add_sub", "--project", str(project), "-i", "INPUT0=[1,2,3]", "-i", "INPUT1=[10,20,30]")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "OUTPUT0 int32 [3]" in out and "[11 22 33]" in out
+    assert "OUTPUT1 int32 [3]" in out and "[ -9 -18 -27]" in out
+    assert servers_of(project) == []
+
+
+def test_infer_streams_a_decoupled_model(tmp_path):
+    project = new_project(tmp_path, "decoupled-backend", "language=python")
+    result = tbgen("infer", "repeat_int32", "--project", str(project), "-i", "IN=[7,8,9]", "-i", "DELAY=[0,0,0]",
+                   "-i", "WAIT=[0]")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "OUT int32 [3, 1]" in out and "[[7] [8] [9]]" in out
+
+
+def test_infer_with_an_unknown_input_is_a_usage_error(tmp_path):
+    project = new_project(tmp_path, "python-backend")
+    result = tbgen("infer", "add_sub", "--project", str(project), "-i", "NOPE=[1]")
+    assert result.returncode == 2
+    assert "has no input NOPE" in result.stderr
+
+
+def test_serve_runs_until_interrupted(tmp_path):
+    project = new_project(tmp_path, "python-backend")
+    proc = subprocess.Popen([sys.executable, "-m", "triton_backend_gen", "serve", str(project)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "250"})
+    try:
+        deadline = time.monotonic() + 120
+        lines = []
+        while not any("Serving" in line for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None
+            lines.append(proc.stdout.readline())
+        text = "".join(lines)
+        assert "READY" in text and "127.0.0.1:" in text
+        http = next(word for line in lines if "HTTP" in line for word in line.split() if word.startswith("127.0.0.1:"))
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://{http}/v2/models/add_sub/ready", timeout=5) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert servers_of(project) == []
+
+
+def test_serve_refuses_a_busy_port(tmp_path):
+    import socket
+
+    project = new_project(tmp_path, "python-backend")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = tbgen("serve", str(project), "--http-port", str(port))
+    assert result.returncode != 0
+    assert str(port) in result.stderr
+    assert servers_of(project) == []
+
+
+def test_templates_check_smoke(compiler_cache):
+    result = tbgen("templates", "check", "--smoke", "-t", "decoupled-backend")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 variants" in result.stdout and "0 failures" in result.stdout
+
+
+def test_doctor_lists_the_embedded_server(embedded_server):
+    result = tbgen("doctor")
+    assert result.returncode == 0
+    assert "embedded wheel" in result.stdout and embedded_server.version in result.stdout
+
+
+@pytest.mark.parametrize(("template", "sets"), [("python-backend", ()), ("decoupled-backend", ("language=python",))])
+def test_generated_project_tests_pass_with_the_plugin(tmp_path, template, sets):
+    project = new_project(tmp_path, template, *sets)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert " passed" in result.stdout and "skipped" not in result.stdout
+    assert servers_of(project) == []
+
+
+def test_json_and_npy_inputs(tmp_path):
+    import numpy as np
+
+    project = new_project(tmp_path, "python-backend", "dtype=FP32", "dims=2", "max_batch_size=0")
+    np.save(tmp_path / "a.npy", np.array([1.5, 2.5], dtype=np.float32))
+    result = tbgen("infer", "add_sub", "--project", str(project), "-i", f"INPUT0={tmp_path / 'a.npy'}",
+                   "-i", "INPUT1=" + json.dumps([0.5, 0.5]))
+    assert result.returncode == 0, result.stderr
+    assert "[2. 3.]" in result.stdout and "[1. 2.]" in result.stdout

@@ -1,0 +1,62 @@
+"""``tbgen test``: start the project's server, run its smoke plan against it, stop the server.
+
+The stage function wires runtime (a running Triton) to smoke (the checks); it decides nothing about either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_backend_gen.errors import ServerError
+from triton_backend_gen.project import Project, load_project
+
+
+@dataclass
+class TestRunReport:
+    __test__ = False  # not a pytest test class
+
+    project: Project
+    server: str  # which tritonserver, e.g. "tritonserver 2.51.0 (embedded wheel)"
+    log_file: Path
+    warnings: list[str] = field(default_factory=list)
+    results: list = field(default_factory=list)  # smoke.SmokeResult
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+
+def run_project_tests(
+    path: Path,
+    *,
+    server: Path | None = None,
+    fuzz: int = 0,
+    seed: int = 0,
+    on_result: Callable[[object], None] = lambda result: None,
+) -> TestRunReport:
+    """Smoke-test every model of the project at ``path`` in a real server (started and stopped here)."""
+    from triton_backend_gen.runtime.server import prepare_server, stop_on_signals
+    from triton_backend_gen.smoke import Endpoints, plan_fuzz, plan_smoke, run_fuzz, run_smoke
+
+    project = load_project(path)
+    plan = [check for model in project.models for check in plan_smoke(project, model)]
+    fuzz_cases = plan_fuzz(project, fuzz, seed) if fuzz else []
+    triton = prepare_server(project.root, server=server)
+    report = TestRunReport(project, triton.install.describe(), triton.log_file, list(triton.warnings))
+    with stop_on_signals(), triton:
+        not_ready = [m for m in triton.model_states() if m.state != "READY"]
+        if not_ready:
+            names = ", ".join(f"{m.name} ({m.state or 'not loaded'}: {m.reason})" for m in not_ready)
+            raise ServerError(
+                f"Models failed to load: {names}",
+                "Server log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
+            )
+        endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        healthy = lambda: triton.running  # noqa: E731
+        report.results += run_smoke(plan, endpoints, is_healthy=healthy, progress=on_result)
+        if fuzz_cases:
+            fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
+            report.results += fuzz_report.as_results()
+    return report

@@ -1,0 +1,82 @@
+"""The smoke suite and the fuzzer: what `tbgen test` sends to a running server, and how answers are judged.
+
+The suite is planned from a model's ``config.pbtxt`` and the project's ``reference.py`` (see
+docs/templates.md): :func:`plan_smoke` is pure (it reads files, it never contacts a server) and returns
+:class:`SmokeCheck` objects; :func:`run_smoke` runs them against the endpoints of a running server.
+
+- metadata and config as served match config.pbtxt (over HTTP and gRPC);
+- inference over HTTP and gRPC with ``reference.make_inputs``, outputs equal to ``reference.compute``
+  (exact for integers, ``reference.TOLERANCE`` for floats), every batch size from 1 to max_batch_size,
+  concurrent requests (and, with dynamic batching, proof that the server merged some of them);
+- decoupled models over gRPC streaming: count, order and content of the responses against
+  ``reference.responses``, the final flag, several requests per stream, concurrent streams, a stream
+  cancelled mid-way;
+- bad requests (wrong dtype, wrong shape, missing input, unknown input, batch larger than max) each get
+  an error and leave the server healthy.
+
+The fuzzer (:func:`plan_fuzz`, :func:`run_fuzz`) sends deterministic randomised malformed requests over
+raw HTTP and gRPC (loopback only) and reports what came back and the server's memory before and after.
+
+Modules: ``model`` (the model's config.pbtxt as a ModelSpec, reference.py), ``compare`` (judging outputs and
+served configs), ``clients`` (tritonclient clients and gRPC streams), ``checks`` (the checks and
+:func:`plan_smoke`), ``run`` (:func:`run_smoke`, JUnit XML), ``fuzz`` (:func:`plan_fuzz`, :func:`run_fuzz`,
+the report, server memory) and ``fuzz_requests`` (what each fuzz case sends, over raw HTTP and gRPC).
+"""
+
+from triton_backend_gen.smoke.checks import UNKNOWN_INPUT, bad_requests, plan_smoke
+from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints
+from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences, is_exact_dtype, output_mismatches
+from triton_backend_gen.smoke.fuzz import (
+    FUZZ_KINDS,
+    GRPC_POOL_FACTOR,
+    FuzzCase,
+    FuzzReport,
+    memory_limit,
+    memory_of,
+    plan_fuzz,
+    run_fuzz,
+)
+from triton_backend_gen.smoke.fuzz_requests import FUZZ_TIMEOUT_S, HUGE_MIB, fuzz_tensors, run_fuzz_case
+from triton_backend_gen.smoke.model import (
+    ModelSpec,
+    SmokeError,
+    TensorSpec,
+    load_model_spec,
+    load_reference,
+    model_spec,
+)
+from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, run_smoke, write_junit_xml
+
+__all__ = [
+    "FUZZ_KINDS",
+    "FUZZ_TIMEOUT_S",
+    "GRPC_POOL_FACTOR",
+    "HUGE_MIB",
+    "REQUEST_TIMEOUT_S",
+    "UNKNOWN_INPUT",
+    "Endpoints",
+    "FuzzCase",
+    "FuzzReport",
+    "ModelSpec",
+    "SmokeCheck",
+    "SmokeError",
+    "SmokeResult",
+    "TensorSpec",
+    "assert_outputs_match",
+    "bad_requests",
+    "config_differences",
+    "fuzz_tensors",
+    "is_exact_dtype",
+    "load_model_spec",
+    "load_reference",
+    "memory_limit",
+    "memory_of",
+    "model_spec",
+    "output_mismatches",
+    "plan_fuzz",
+    "plan_smoke",
+    "run_fuzz",
+    "run_fuzz_case",
+    "run_smoke",
+    "write_junit_xml",
+]

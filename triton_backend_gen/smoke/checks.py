@@ -1,0 +1,424 @@
+"""The smoke checks, each a function of the endpoints, and plan_smoke, which picks them for a model."""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from triton_backend_gen.smoke.clients import (
+    REQUEST_TIMEOUT_S,
+    Endpoints,
+    Stream,
+    assert_healthy,
+    error_text,
+    infer,
+    is_final,
+    open_client,
+    timeout_kwargs,
+)
+from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences
+from triton_backend_gen.smoke.model import (
+    ModelSpec,
+    SmokeError,
+    TensorSpec,
+    check_reference_api,
+    load_model_spec,
+    load_reference,
+)
+from triton_backend_gen.smoke.run import SmokeCheck
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from triton_backend_gen.project import ModelEntry, Project
+
+
+UNKNOWN_INPUT = "TBGEN_UNKNOWN_INPUT"
+
+
+# ---- Checks: metadata and config ------------------------------------------------------------------------
+
+
+def _check_metadata(spec: ModelSpec, protocol: str, endpoints: Endpoints) -> str:
+    with open_client(protocol, endpoints) as client:
+        if protocol == "http":
+            meta = client.get_model_metadata(spec.name)
+        else:
+            meta = client.get_model_metadata(spec.name, as_json=True, **timeout_kwargs(protocol))
+    problems = []
+    if meta.get("name") != spec.name:
+        problems.append(f"name {meta.get('name')!r}, expected {spec.name!r}")
+    for kind, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
+        served = {t["name"]: t for t in meta.get(kind, [])}
+        if set(served) != {t.name for t in tensors}:
+            problems.append(f"{kind} {sorted(served)}, config.pbtxt declares {sorted(t.name for t in tensors)}")
+            continue
+        for tensor in tensors:
+            got = served[tensor.name]
+            shape = [int(d) for d in got.get("shape", [])]
+            if got.get("datatype") != tensor.datatype:
+                problems.append(f"{tensor.name}: datatype {got.get('datatype')}, expected {tensor.datatype}")
+            if shape != spec.served_shape(tensor):
+                problems.append(f"{tensor.name}: shape {shape}, expected {spec.served_shape(tensor)}")
+    if problems:
+        raise AssertionError("served metadata differs from config.pbtxt: " + "; ".join(problems))
+    return f"{len(spec.inputs)} inputs, {len(spec.outputs)} outputs as in config.pbtxt"
+
+
+def _check_config(spec: ModelSpec, local: ModelConfig, protocol: str, endpoints: Endpoints) -> str:
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2
+
+    with open_client(protocol, endpoints) as client:
+        if protocol == "http":
+            served = json_format.ParseDict(
+                client.get_model_config(spec.name), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+            )
+        else:
+            served = client.get_model_config(spec.name, **timeout_kwargs(protocol)).config
+    problems = config_differences(local, served)
+    # proto3 does not list zero values as set: compare what the suite relies on explicitly.
+    for name, mine, theirs in (
+        ("max_batch_size", local.max_batch_size, served.max_batch_size),
+        ("model_transaction_policy.decoupled", local.model_transaction_policy.decoupled,
+         served.model_transaction_policy.decoupled),
+        ("dynamic_batching", local.HasField("dynamic_batching"), served.HasField("dynamic_batching")),
+    ):
+        if mine != theirs and not any(p.startswith(name) for p in problems):
+            problems.append(f"{name}: {mine!r} in config.pbtxt, {theirs!r} as served")
+    if problems:
+        raise AssertionError("served config differs from config.pbtxt: " + "; ".join(problems))
+    return f"{len(local.ListFields())} fields of config.pbtxt as served"
+
+
+# ---- Checks: reference.py against the config ------------------------------------------------------------
+
+
+def _tensor_problems(kind: str, arrays: dict[str, np.ndarray], tensors: tuple[TensorSpec, ...], batch: int | None):
+    from tritonclient.utils import np_to_triton_dtype
+
+    problems = []
+    declared = {t.name: t for t in tensors}
+    required = {t.name for t in tensors if not t.optional}
+    if not required <= set(arrays) or not set(arrays) <= set(declared):
+        problems.append(f"{kind} {sorted(arrays)}, config.pbtxt declares {sorted(declared)}")
+    for name, array in arrays.items():
+        tensor = declared.get(name)
+        if tensor is None:
+            continue
+        array = np.asarray(array)
+        if np_to_triton_dtype(array.dtype) != tensor.datatype:
+            problems.append(f"{kind} {name}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
+        dims = ((batch,) if batch is not None else ()) + tensor.dims
+        if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
+            problems.append(f"{kind} {name}: shape {list(array.shape)}, config.pbtxt allows {list(dims)}")
+    return problems
+
+
+def _check_reference(spec: ModelSpec, reference: ModuleType, _endpoints: Endpoints) -> str:
+    problems = []
+    for batch in {spec.batch_sizes[0], spec.batch_sizes[-1]}:
+        inputs = reference.make_inputs(batch, seed=0)
+        problems += _tensor_problems("make_inputs", inputs, spec.inputs, batch)
+        if spec.decoupled:
+            for index, response in enumerate(reference.responses(inputs)):
+                problems += _tensor_problems(f"responses[{index}]", response, spec.outputs, None)
+        else:
+            outputs = reference.compute(inputs)
+            problems += _tensor_problems("compute", outputs, spec.outputs, batch)
+    if problems:
+        raise AssertionError("reference.py disagrees with config.pbtxt: " + "; ".join(sorted(set(problems))))
+    return "make_inputs and " + ("responses" if spec.decoupled else "compute") + " agree with config.pbtxt"
+
+
+# ---- Checks: inference ----------------------------------------------------------------------------------
+
+
+def _check_infer(spec: ModelSpec, reference: ModuleType, protocol: str, batch_sizes: list, endpoints: Endpoints) -> str:
+    with open_client(protocol, endpoints) as client:
+        for batch in batch_sizes:
+            seed = batch or 0
+            inputs = reference.make_inputs(batch, seed=seed)
+            got = infer(protocol, client, spec, inputs)
+            where = f"batch size {batch}, seed {seed}" if batch is not None else f"seed {seed}"
+            assert_outputs_match(got, reference.compute(inputs), reference.TOLERANCE, where)
+    if batch_sizes == [None]:
+        return "outputs equal reference.compute"
+    if len(batch_sizes) == 1:
+        return f"batch size {batch_sizes[0]}: outputs equal reference.compute"
+    return f"batch sizes {batch_sizes[0]}..{batch_sizes[-1]}: outputs equal reference.compute"
+
+
+def _model_counts(client: Any, spec: ModelSpec, protocol: str) -> tuple[int, int]:
+    """(inference_count, execution_count) of the model, summed over its versions."""
+    if protocol == "http":
+        stats = client.get_inference_statistics(spec.name)
+    else:
+        stats = client.get_inference_statistics(spec.name, as_json=True, **timeout_kwargs(protocol))
+    models = stats.get("model_stats", [])
+    return (
+        sum(int(m.get("inference_count", 0)) for m in models),
+        sum(int(m.get("execution_count", 0)) for m in models),
+    )
+
+
+def _concurrent_burst(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints, count: int) -> None:
+    """``count`` requests sent at once from as many threads, each with its own client; all answers checked."""
+    batch = 1 if spec.max_batch_size > 0 else None
+    failures: list[str] = []
+    barrier = threading.Barrier(count)
+
+    def send(seed: int) -> None:
+        try:
+            with open_client(protocol, endpoints) as client:
+                inputs = reference.make_inputs(batch, seed=seed)
+                barrier.wait(timeout=REQUEST_TIMEOUT_S)
+                got = infer(protocol, client, spec, inputs)
+                assert_outputs_match(got, reference.compute(inputs), reference.TOLERANCE, f"request {seed}")
+        except Exception as err:  # noqa: BLE001 - collected and reported by the check
+            failures.append(f"{type(err).__name__}: {error_text(err)}" if not isinstance(err, AssertionError) else str(err))
+
+    threads = [threading.Thread(target=send, args=(100 + i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(REQUEST_TIMEOUT_S * 2)
+    if any(thread.is_alive() for thread in threads):
+        failures.append(f"no answer within {REQUEST_TIMEOUT_S * 2:.0f} s")
+    if failures:
+        raise AssertionError(f"{len(failures)} of {count} concurrent requests failed: " + "; ".join(failures[:3]))
+
+
+def _check_concurrent(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
+    """Concurrent requests all answered correctly; with dynamic batching, whether the server merged them is
+    reported (up to 3 bursts). A merge depends on timing: a backend that answers faster than requests queue
+    never sees one, so its absence is reported, not failed."""
+    count = max(8, 2 * spec.max_batch_size)
+    merges = spec.dynamic_batching and spec.max_batch_size > 1
+    attempts = 3 if merges else 1
+    with open_client(protocol, endpoints) as client:
+        for _ in range(attempts):
+            inferences, executions = _model_counts(client, spec, protocol)
+            _concurrent_burst(spec, reference, protocol, endpoints, count)
+            after = _model_counts(client, spec, protocol)
+            inferences, executions = after[0] - inferences, after[1] - executions
+            if not merges or executions < inferences:
+                break
+    answered = f"{count} concurrent requests answered correctly"
+    if not merges:
+        return answered
+    if executions < inferences:
+        return f"{answered}; dynamic batching merged them: {inferences} inferences in {executions} executions"
+    return f"{answered}; no merge seen in {attempts} bursts (each request ran alone: the model was never busy)"
+
+
+# ---- Checks: decoupled models over gRPC streaming -------------------------------------------------------
+
+
+def _assert_stream_matches(spec: ModelSpec, reference: ModuleType, results: list, inputs: dict, context: str) -> None:
+    """The results of one request equal reference.responses(), in order, and the last one is flagged final."""
+    expected = reference.responses(inputs)
+    if not results or not is_final(results[-1]):
+        raise AssertionError(f"{context}: the stream ended without a response flagged final")
+    data = [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
+    early_final = [i for i, r in enumerate(results[:-1]) if is_final(r)]
+    if early_final:
+        raise AssertionError(f"{context}: response {early_final[0]} is flagged final before the stream ended")
+    if len(data) != len(expected):
+        raise AssertionError(f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}")
+    for index, (result, want) in enumerate(zip(data, expected)):
+        got = {name: result.as_numpy(name) for name in want}
+        assert_outputs_match(got, want, reference.TOLERANCE, f"{context}, response {index}")
+
+
+def _check_stream(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
+    counts = []
+    with Stream(endpoints) as stream:
+        for seed in (0, 1):
+            inputs = reference.make_inputs(None, seed=seed)
+            stream.send(spec.name, inputs, request_id=f"seed{seed}")
+            results = stream.collect([f"seed{seed}"])[f"seed{seed}"]
+            _assert_stream_matches(spec, reference, results, inputs, f"seed {seed}")
+            counts.append(len(results) - 1)
+    return f"responses {counts} in order, then the final flag"
+
+
+def _check_stream_many_requests(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
+    requests = {f"r{seed}": reference.make_inputs(None, seed=seed) for seed in range(2, 6)}
+    with Stream(endpoints) as stream:
+        for request_id, inputs in requests.items():
+            stream.send(spec.name, inputs, request_id=request_id)
+        results = stream.collect(list(requests))
+    for request_id, inputs in requests.items():
+        _assert_stream_matches(spec, reference, results[request_id], inputs, f"request {request_id}")
+    return f"{len(requests)} requests on one stream, each answered in order"
+
+
+def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
+    count = 4
+    failures: list[str] = []
+
+    def run(seed: int) -> None:
+        try:
+            with Stream(endpoints) as stream:
+                inputs = reference.make_inputs(None, seed=seed)
+                stream.send(spec.name, inputs, request_id=f"c{seed}")
+                results = stream.collect([f"c{seed}"])[f"c{seed}"]
+                _assert_stream_matches(spec, reference, results, inputs, f"stream {seed}")
+        except Exception as err:  # noqa: BLE001 - collected and reported by the check
+            failures.append(str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}")
+
+    threads = [threading.Thread(target=run, args=(10 + i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(REQUEST_TIMEOUT_S * 2)
+    if any(thread.is_alive() for thread in threads):
+        failures.append(f"a stream got no final response within {REQUEST_TIMEOUT_S * 2:.0f} s")
+    if failures:
+        raise AssertionError(f"{len(failures)} of {count} concurrent streams failed: " + "; ".join(failures[:3]))
+    return f"{count} concurrent streams answered correctly"
+
+
+def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
+    inputs = reference.make_inputs(None, seed=7)
+    expected = len(reference.responses(inputs))
+    stream = Stream(endpoints)
+    try:
+        stream.send(spec.name, inputs, request_id="cancelled")
+        _result, error = stream.next()
+        if error is not None:
+            raise AssertionError(f"the request to be cancelled failed: {error_text(error)}")
+        received = 1
+    finally:
+        stream.close(cancel=True)
+    # The model keeps serving: a fresh stream gets its whole answer.
+    with open_client("grpc", endpoints) as client:
+        assert_healthy(client, spec, "grpc", "a stream cancelled mid-way")
+    with Stream(endpoints) as fresh:
+        inputs = reference.make_inputs(None, seed=8)
+        fresh.send(spec.name, inputs, request_id="after")
+        _assert_stream_matches(spec, reference, fresh.collect(["after"])["after"], inputs, "request after the cancel")
+    when = "mid-stream" if received < expected else "after its last data response"
+    return f"cancelled {when} ({received} of {expected} responses received); later streams answered"
+
+
+# ---- Checks: bad requests -------------------------------------------------------------------------------
+
+
+def _wrong_dtype(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind in "OSU":
+        return np.zeros(array.shape, dtype=np.int32)
+    return array.astype(np.float32 if array.dtype == np.float64 else np.float64)
+
+
+def bad_requests(spec: ModelSpec, reference: ModuleType) -> dict[str, dict[str, np.ndarray]]:
+    """The malformed variants of a valid request that every model must refuse, by name."""
+    batch = spec.batch_sizes[0]
+    valid = {name: np.asarray(array) for name, array in reference.make_inputs(batch, seed=0).items()}
+    first = next(iter(t.name for t in spec.inputs if t.name in valid))
+    required = next((t.name for t in spec.inputs if not t.optional and t.name in valid), None)
+    bad = {
+        "wrong dtype": {**valid, first: _wrong_dtype(valid[first])},
+        "wrong shape": {**valid, first: np.stack([valid[first]] * 2, axis=-1)},
+        "unknown input": {**valid, UNKNOWN_INPUT: valid[first]},
+    }
+    if required is not None:
+        bad["missing input"] = {name: array for name, array in valid.items() if name != required}
+    if spec.max_batch_size > 0:
+        too_big = spec.max_batch_size + 1
+        bad["batch larger than max"] = reference.make_inputs(too_big, seed=0)
+    return bad
+
+
+def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str, protocol: str,
+                       endpoints: Endpoints) -> str:
+    from tritonclient.utils import InferenceServerException
+
+    if spec.decoupled:
+        with Stream(endpoints) as stream:
+            stream.send(spec.name, inputs, request_id="bad")
+            _result, error = stream.next()
+        if error is None:
+            raise AssertionError(f"a request with {what} was answered instead of refused")
+        message = error_text(error)
+    else:
+        with open_client(protocol, endpoints) as client:
+            try:
+                infer(protocol, client, spec, inputs)
+            except InferenceServerException as err:
+                message = error_text(err)
+            else:
+                raise AssertionError(f"a request with {what} was answered instead of refused")
+    with open_client(protocol, endpoints) as client:
+        assert_healthy(client, spec, protocol, f"a request with {what}")
+    return f"refused: {message[:120]}"
+
+
+def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
+    from tritonclient.utils import InferenceServerException
+
+    with open_client(protocol, endpoints) as client:
+        try:
+            infer(protocol, client, spec, reference.make_inputs(None, seed=0))
+        except InferenceServerException as err:
+            message = error_text(err)
+        else:
+            raise AssertionError("a decoupled model answered a non-streaming request")
+        assert_healthy(client, spec, protocol, "a non-streaming request")
+    return f"refused: {message[:120]}"
+
+
+# ---- Planning -------------------------------------------------------------------------------------------
+
+
+def plan_smoke(project: Project, model: ModelEntry | None = None) -> list[SmokeCheck]:
+    """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py."""
+    models = [model] if model is not None else list(project.models)
+    if not models:
+        raise SmokeError(f"{project.root / 'tbgen.toml'} lists no models.", "Add a [[models]] entry.")
+    reference = load_reference(project.root)
+    plan = []
+    for entry in models:
+        spec, config = load_model_spec(project, entry)
+        check_reference_api(reference, spec.decoupled)
+        prefix = f"{spec.name}: " if len(models) > 1 else ""
+        plan += [SmokeCheck(prefix + c.name, c.protocol, c.run) for c in _plan_model(spec, config, reference)]
+    return plan
+
+
+def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> list[SmokeCheck]:
+    plan = [SmokeCheck("reference.py matches config.pbtxt", "-", partial(_check_reference, spec, reference))]
+    for protocol in ("http", "grpc"):
+        plan.append(SmokeCheck("metadata", protocol, partial(_check_metadata, spec, protocol)))
+        plan.append(SmokeCheck("config", protocol, partial(_check_config, spec, config, protocol)))
+    if spec.decoupled:
+        plan += [
+            SmokeCheck("stream", "grpc", partial(_check_stream, spec, reference)),
+            SmokeCheck("several requests on one stream", "grpc", partial(_check_stream_many_requests, spec, reference)),
+            SmokeCheck("concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference)),
+            SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
+        ]
+        for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
+            plan.append(SmokeCheck(f"refuses {what} (decoupled)", protocol,
+                                   partial(_check_decoupled_refuses_unary, spec, reference, protocol)))
+        bad_protocols = ("grpc",)
+    else:
+        for protocol in ("http", "grpc"):
+            plan.append(SmokeCheck("infer", protocol, partial(_check_infer, spec, reference, protocol,
+                                                               [spec.batch_sizes[0]])))
+            if spec.max_batch_size > 1:
+                plan.append(SmokeCheck(f"batch sizes 1..{spec.max_batch_size}", protocol,
+                                       partial(_check_infer, spec, reference, protocol, spec.batch_sizes)))
+            name = "concurrent requests" + (" (dynamic batching)" if spec.dynamic_batching else "")
+            plan.append(SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol)))
+        bad_protocols = ("http", "grpc")
+    for what, inputs in bad_requests(spec, reference).items():
+        for protocol in bad_protocols:
+            plan.append(SmokeCheck(f"bad request: {what}", protocol,
+                                   partial(_check_bad_request, spec, inputs, what, protocol)))
+    return plan

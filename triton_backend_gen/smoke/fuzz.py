@@ -1,0 +1,298 @@
+"""The fuzzer: a deterministic plan of malformed requests, a run that judges the server and its memory, the report."""
+
+from __future__ import annotations
+
+import http.client
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from triton_backend_gen.smoke.clients import Endpoints, error_text
+from triton_backend_gen.smoke.fuzz_requests import HUGE_MIB, fuzz_tensors, fuzz_valid, run_fuzz_case, send_wire
+from triton_backend_gen.smoke.model import ModelSpec, SmokeError, check_reference_api, load_model_spec, load_reference
+from triton_backend_gen.smoke.run import SmokeResult
+
+if TYPE_CHECKING:
+    from triton_backend_gen.project import ModelEntry, Project
+
+
+# Each case is planned (kind, protocol, seed) without building anything; its request is made when it runs,
+# from a random generator seeded with (seed, index), so a plan is cheap and a run is reproducible.
+
+# The 2.51 server's gRPC frontend keeps the buffers of the largest messages it has parsed in its pools, for
+# good: memory_limit allows about this many times the largest gRPC "huge tensor" (HUGE_MIB).
+GRPC_POOL_FACTOR = 24
+
+
+# kind -> (weight, protocols). "grpc" for a decoupled model means a gRPC stream (unary gRPC is refused).
+FUZZ_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "valid": (12, ("http", "grpc")),
+    "garbage values": (5, ("http", "grpc")),
+    "wrong dtype": (8, ("http", "grpc")),
+    "wrong shape": (8, ("http", "grpc")),
+    "size mismatch": (8, ("http", "grpc")),
+    "missing input": (4, ("http", "grpc")),
+    "unknown input": (4, ("http", "grpc")),
+    "duplicate input": (3, ("http", "grpc")),
+    "batch too large": (5, ("http", "grpc")),
+    "empty tensor": (5, ("http", "grpc")),
+    "huge tensor": (3, ("http", "grpc")),
+    "garbage BYTES": (5, ("http", "grpc")),
+    "malformed message": (8, ("http", "grpc")),
+    "unknown model": (2, ("http", "grpc")),
+    "cancelled mid-flight": (10, ("http", "grpc")),
+    "client disconnects": (10, ("http", "grpc")),
+}
+
+
+@dataclass(frozen=True)
+class FuzzCase:
+    index: int
+    kind: str
+    protocol: str  # "http" or "grpc"
+    seed: int  # of this case's random generator
+    plan_seed: int  # the seed the plan was made with
+    model: ModelSpec
+    reference: ModuleType = field(repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"#{self.index} {self.kind} [{self.protocol}]"
+
+    # A case also reads as a SmokeCheck, so that run_smoke can run a fuzz plan one case per result; run_fuzz
+    # adds what only a whole run can tell: the server's memory and health afterwards, and the figures.
+    @property
+    def name(self) -> str:
+        return f"fuzz #{self.index} {self.kind}"
+
+    def run(self, endpoints: Endpoints) -> str:
+        return run_fuzz_case(self, endpoints)
+
+
+@dataclass
+class FuzzReport:
+    """What a fuzz run sent, how the server answered, and its memory: bytes of private resident memory of
+    the server and its stubs (:func:`memory_of`), before (after a warm-up) and at the end."""
+
+    seed: int
+    planned: int  # cases in the plan
+    requests: int = 0  # cases sent
+    outcomes: Counter = field(default_factory=Counter)  # "ok", "http 400", "grpc INVALID_ARGUMENT", ...
+    kinds: Counter = field(default_factory=Counter)  # cases sent per kind
+    failures: list[str] = field(default_factory=list)
+    rss_before: int | None = None
+    rss_after: int | None = None
+    rss_limit: int | None = None
+    healthy: bool = True
+    truncated: bool = False  # the time limit stopped the run early
+    seconds: float = 0.0
+
+    @property
+    def memory_ok(self) -> bool:
+        return self.rss_after is None or self.rss_limit is None or self.rss_after <= self.rss_limit
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and self.healthy and self.memory_ok
+
+    @property
+    def errors(self) -> Counter:
+        """The refusals, by how the server answered."""
+        return Counter({k: v for k, v in self.outcomes.items() if k not in ("ok", "cancelled", "disconnected")})
+
+    def memory_line(self) -> str:
+        if self.rss_before is None or self.rss_after is None:
+            return "server memory not measured (no pid)"
+        mib = 1024 * 1024
+        verdict = "within" if self.memory_ok else "ABOVE"
+        return (f"server memory (private RSS of the server and its stubs): {self.rss_before / mib:.1f} MiB before, "
+                f"{self.rss_after / mib:.1f} MiB after ({verdict} the limit of {(self.rss_limit or 0) / mib:.1f} MiB)")
+
+    def summary(self) -> str:
+        sent = f"{self.requests} of {self.planned} requests" if self.truncated else f"{self.requests} requests"
+        outcomes = ", ".join(f"{k}: {v}" for k, v in sorted(self.outcomes.items(), key=lambda kv: -kv[1]))
+        lines = [f"fuzz seed {self.seed}: {sent} in {self.seconds:.1f} s; {outcomes}", self.memory_line()]
+        if self.truncated:
+            lines.append("stopped early: the time limit was reached or the server stopped answering")
+        if not self.healthy:
+            lines.append("the server was not healthy afterwards")
+        lines += self.failures[:20]
+        return "\n".join(lines)
+
+    def as_results(self) -> list[SmokeResult]:
+        """The report as results for the table and JUnit: one per failure, plus the totals."""
+        results = [SmokeResult(f"fuzz {failure.split(':', 1)[0]}", "-", False, failure, 0.0)
+                   for failure in self.failures]
+        results.append(SmokeResult(f"fuzz: {self.planned} malformed requests", "-", self.passed,
+                                   self.summary(), self.seconds))
+        return results
+
+
+def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | None = None) -> list[FuzzCase]:
+    """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``."""
+    models = [model] if model is not None else list(project.models)
+    if not models:
+        raise SmokeError(f"{project.root / 'tbgen.toml'} lists no models.", "Add a [[models]] entry.")
+    reference = load_reference(project.root)
+    specs = []
+    for entry in models:
+        spec, _ = load_model_spec(project, entry)
+        check_reference_api(reference, spec.decoupled)
+        specs.append(spec)
+    rng = random.Random(seed)
+    cases = []
+    for index in range(count):
+        spec = specs[index % len(specs)]
+        kinds = [k for k in FUZZ_KINDS if _kind_applies(k, spec)]
+        kind = rng.choices(kinds, weights=[FUZZ_KINDS[k][0] for k in kinds])[0]
+        protocols = FUZZ_KINDS[kind][1]
+        # HTTP refuses every inference request to a decoupled model up front: send it a quarter only.
+        weights = [1 if spec.decoupled and p == "http" else 3 for p in protocols]
+        protocol = rng.choices(protocols, weights=weights)[0]
+        cases.append(FuzzCase(index, kind, protocol, rng.randrange(2**31), seed, spec, reference))
+    return cases
+
+
+def _kind_applies(kind: str, spec: ModelSpec) -> bool:
+    if kind == "batch too large":
+        return spec.max_batch_size > 0
+    if kind == "garbage values":
+        return not spec.decoupled  # a decoupled model's inputs may say how long to stream: random ones can hang
+    return True
+
+
+def memory_of(pid: int) -> int | None:
+    """Private resident memory (bytes, ``RssAnon`` in /proc) of ``pid`` and its descendants (the python
+    stubs); None when ``pid`` is gone.
+
+    Shared memory is left out: the python backend's shm pool is mapped by the server and by each stub (it
+    would count twice) and it grows by design up to its configured size."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+        except OSError:
+            if current == pid:
+                return None
+            continue
+        for line in status.splitlines():
+            if line.startswith("RssAnon:"):
+                total += int(line.split()[1]) * 1024
+        todo += children.get(current, [])
+    return total
+
+
+def run_fuzz(
+    cases: list[FuzzCase],
+    endpoints: Endpoints,
+    server_pid: int | None = None,
+    is_healthy: Callable[[], bool] | None = None,
+    time_limit_s: float = 300.0,
+    progress: Callable[[FuzzCase, str], None] | None = None,
+) -> FuzzReport:
+    """Send every case (stopping at ``time_limit_s``) and judge the server.
+
+    Pass = every case answered or cleanly refused (valid ones answered correctly), the server healthy at
+    the end, and its memory (``server_pid`` and its stubs, :func:`memory_of`) back under
+    :func:`memory_limit` of its level before, which is taken after a warm-up (valid requests and one
+    largest "huge tensor" per protocol: first requests allocate what a leak check must not count)."""
+    report = FuzzReport(seed=cases[0].plan_seed if cases else 0, planned=len(cases))
+    models = {case.model.name: case for case in cases}
+    start = time.monotonic()
+    for case in models.values():
+        _warm_up(case, endpoints)
+    if server_pid is not None:
+        report.rss_before = memory_of(server_pid)
+    for case in cases:
+        if time.monotonic() - start > time_limit_s:
+            report.truncated = True
+            break
+        report.requests += 1
+        report.kinds[case.kind] += 1
+        try:
+            outcome = run_fuzz_case(case, endpoints)
+        except AssertionError as err:
+            outcome = "failed"
+            report.failures.append(f"{case.label}: {err}")
+        except Exception as err:  # noqa: BLE001 - an unexpected client-side failure is a failed case
+            outcome = "failed"
+            report.failures.append(f"{case.label}: {type(err).__name__}: {error_text(err)}")
+        report.outcomes[outcome] += 1
+        if progress is not None:
+            progress(case, outcome)
+        if case.index % 25 == 24 and not _server_answers(endpoints, models):
+            report.failures.append(f"{case.label}: the server stopped answering health requests after this case")
+            report.truncated = True
+            break
+    report.healthy = _server_answers(endpoints, models) and (is_healthy is None or is_healthy())
+    if report.healthy:
+        for case in models.values():
+            try:
+                fuzz_valid(case, random.Random(1), "grpc" if case.model.decoupled else "http", endpoints)
+            except Exception as err:  # noqa: BLE001 - reported as the reason the server is not healthy
+                report.healthy = False
+                report.failures.append(f"after fuzzing, a valid request to '{case.model.name}' failed: {err}")
+    if server_pid is not None and report.rss_before is not None:
+        report.rss_limit = memory_limit(report.rss_before)
+        deadline = time.monotonic() + 10  # freed memory returns with a delay
+        while True:
+            report.rss_after = memory_of(server_pid)
+            if report.rss_after is None or report.rss_after <= report.rss_limit or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def memory_limit(before: int) -> int:
+    """The most memory the server may hold after fuzzing when it held ``before``: 25% and 64 MiB more for
+    allocator noise, plus the gRPC frontend's pools (GRPC_POOL_FACTOR times the largest gRPC request).
+
+    Coarse by necessity: it catches a backend that leaks its requests' tensors (a few hundred requests of
+    the sizes fuzzed), not a leak of a few bytes per request."""
+    mib = 1024 * 1024
+    return int(before * 1.25 + 64 * mib + GRPC_POOL_FACTOR * max(HUGE_MIB["grpc"]) * mib)
+
+
+def _warm_up(case: FuzzCase, endpoints: Endpoints) -> None:
+    rng = random.Random(0)
+    for protocol in ("http", "grpc"):
+        for _ in range(3):
+            fuzz_valid(case, rng, protocol, endpoints)
+        model, wires = fuzz_tensors(replace(case, kind="huge tensor", protocol=protocol), rng,
+                                     huge_mib=max(HUGE_MIB[protocol]))
+        send_wire(protocol, endpoints, model, wires, case.model, decoupled=case.model.decoupled)
+
+
+def _server_answers(endpoints: Endpoints, models: dict[str, FuzzCase]) -> bool:
+    host, port = endpoints.http_url.rsplit(":", 1)
+    paths = ["/v2/health/live"] + [f"/v2/models/{name}/ready" for name in models]
+    try:
+        for path in paths:
+            connection = http.client.HTTPConnection(host, int(port), timeout=10)
+            try:
+                connection.request("GET", path)
+                if connection.getresponse().status != 200:
+                    return False
+            finally:
+                connection.close()
+    except OSError:
+        return False
+    return True

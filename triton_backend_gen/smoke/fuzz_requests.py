@@ -1,0 +1,464 @@
+"""What each fuzz case sends over raw HTTP and gRPC (loopback only), and how its answer is read."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from triton_backend_gen.smoke.checks import UNKNOWN_INPUT
+from triton_backend_gen.smoke.clients import Endpoints
+from triton_backend_gen.smoke.compare import assert_outputs_match
+from triton_backend_gen.smoke.model import ModelSpec
+
+if TYPE_CHECKING:
+    from triton_backend_gen.smoke.fuzz import FuzzCase
+
+
+FUZZ_TIMEOUT_S = 20.0  # the longest a case may wait for its answer
+# Payload sizes of the "huge tensor" cases. The 2.51 server's gRPC frontend keeps the buffers of the
+# largest messages it has parsed in its pools (about GRPC_POOL_FACTOR times the largest, for good; HTTP
+# keeps nothing), so gRPC gets smaller ones: the memory check must tell such pools from a leak.
+HUGE_MIB = {"http": (4, 16, 48), "grpc": (1, 4, 8)}
+
+
+_DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+              "FP16", "FP32", "FP64", "BF16", "BYTES")
+_ITEM_SIZE = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
+              "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8, "BYTES": 1}
+_ODD_DIMS = (0, 1, 2, 3, 5, 17, 1000, -1, -7, 2**31, 2**62)
+
+
+def run_fuzz_case(case: FuzzCase, endpoints: Endpoints) -> str:
+    """Send one case; its outcome ("ok", "http 400", "grpc INVALID_ARGUMENT", "cancelled", "disconnected").
+
+    Raises AssertionError when the server did not answer, or answered a valid request wrongly."""
+    rng = random.Random(case.seed)
+    if case.kind == "valid":
+        return fuzz_valid(case, rng, case.protocol, endpoints)
+    if case.kind == "client disconnects":
+        return _fuzz_disconnect(rng, case.protocol, endpoints)
+    if case.kind == "malformed message":
+        return _fuzz_malformed(case, rng, endpoints)
+    if case.kind == "cancelled mid-flight":
+        return _fuzz_cancel(case, rng, endpoints)
+    model, tensors = fuzz_tensors(case, rng)
+    return send_wire(case.protocol, endpoints, model, tensors, case.model, decoupled=case.model.decoupled)
+
+
+# -- building the tensors of a case
+
+
+@dataclass
+class _Wire:
+    """One input tensor as it goes on the wire: what it claims to be and its raw bytes."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    payload: bytes
+
+
+def _wire_from_arrays(inputs: dict[str, np.ndarray]) -> list[_Wire]:
+    from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
+
+    wires = []
+    for name, array in inputs.items():
+        array = np.asarray(array)
+        datatype = np_to_triton_dtype(array.dtype)
+        payload = serialize_byte_tensor(array).tobytes() if datatype == "BYTES" else array.tobytes()
+        wires.append(_Wire(name, datatype, list(array.shape), payload))
+    return wires
+
+
+def _element_count(shape: list[int]) -> int:
+    return int(np.prod(shape, dtype=object)) if shape else 1
+
+
+def _garbage_bytes_payload(rng: random.Random, count: int) -> bytes:
+    """``count`` BYTES elements whose length prefixes lie (too long, negative-looking, truncated)."""
+    parts = []
+    for _ in range(max(count, 1)):
+        claim = rng.choice([0, 1, 7, 2**31 - 1, 2**32 - 1, rng.randrange(1, 64)])
+        parts.append(claim.to_bytes(4, "little") + rng.randbytes(rng.randrange(0, 16)))
+    return b"".join(parts)[: rng.randrange(1, 4096)]
+
+
+def fuzz_tensors(case: FuzzCase, rng: random.Random, huge_mib: int | None = None) -> tuple[str, list[_Wire]]:
+    """(model name, input tensors) of ``case``, for the kinds that only change the tensors of a valid request;
+    the same for the same ``rng`` state."""
+    spec, kind = case.model, case.kind
+    batch = rng.choice(spec.batch_sizes)
+    wires = _wire_from_arrays(case.reference.make_inputs(batch, seed=rng.randrange(1000)))
+    target = rng.randrange(len(wires))
+    wire = wires[target]
+    if kind == "garbage values":
+        for w in wires:
+            w.payload = rng.randbytes(len(w.payload)) if w.datatype != "BYTES" else _garbage_bytes_payload(rng, 4)
+    elif kind == "wrong dtype":
+        wire.datatype = rng.choice([d for d in _DATATYPES if d != wire.datatype] + ["FP8", "COMPLEX64", ""])
+        wire.payload = rng.randbytes(_element_count(wire.shape) * _ITEM_SIZE.get(wire.datatype, 4))
+    elif kind == "wrong shape":
+        wire.shape = [rng.choice(_ODD_DIMS) for _ in range(rng.randrange(0, 6))]
+        count = _element_count(wire.shape)
+        size = count * _ITEM_SIZE.get(wire.datatype, 4) if 0 <= count <= 2**18 else rng.randrange(0, 256)
+        wire.payload = rng.randbytes(size)
+    elif kind == "size mismatch":
+        size = len(wire.payload)
+        wire.payload = rng.randbytes(rng.choice([0, 1, max(size - rng.randrange(1, 9), 0), size + rng.randrange(1, 9),
+                                                 size * 2 + 1]))
+    elif kind == "missing input":
+        del wires[target]
+    elif kind == "unknown input":
+        name = rng.choice([UNKNOWN_INPUT, "", "x" * 4096, "INPUT\u00e9\u0000", wire.name.lower() + "_"])
+        wires.append(_Wire(name, wire.datatype, wire.shape, wire.payload))
+    elif kind == "duplicate input":
+        wires.append(_Wire(wire.name, wire.datatype, list(wire.shape), wire.payload))
+    elif kind == "batch too large":
+        too_big = spec.max_batch_size + rng.randrange(1, 4 * spec.max_batch_size + 1)
+        wires = _wire_from_arrays(case.reference.make_inputs(too_big, seed=rng.randrange(1000)))
+    elif kind == "empty tensor":
+        for w in wires:
+            w.shape = [0] + w.shape[1:] if w.shape else [0]
+            w.payload = b""
+    elif kind == "huge tensor":
+        size = (huge_mib or rng.choice(HUGE_MIB[case.protocol])) * 1024 * 1024
+        item = _ITEM_SIZE.get(wire.datatype, 4)
+        rest = _element_count(wire.shape[1:]) if len(wire.shape) > 1 else 1
+        wire.shape = [max(size // (item * max(rest, 1)), 1)] + wire.shape[1:]
+        wire.payload = bytes(_element_count(wire.shape) * item)  # zeros: cheap to make, same size on the wire
+    elif kind == "garbage BYTES":
+        wire.datatype = "BYTES"
+        wire.payload = _garbage_bytes_payload(rng, _element_count(wire.shape) if len(wire.shape) < 4 else 1)
+    elif kind == "unknown model":
+        return rng.choice(["tbgen_no_such_model", spec.name + "_", "../" + spec.name, spec.name.upper() + "\u00e9"]), wires
+    else:
+        raise ValueError(f"unknown fuzz kind {kind!r}")
+    return spec.name, wires
+
+
+# -- sending
+
+
+def _split(url: str) -> tuple[str, int]:
+    host, port = url.rsplit(":", 1)
+    return host, int(port)
+
+
+def _http_body(spec: ModelSpec, wires: list[_Wire]) -> tuple[bytes, dict[str, str]]:
+    header = {
+        "inputs": [
+            {"name": w.name, "datatype": w.datatype, "shape": w.shape, "parameters": {"binary_data_size": len(w.payload)}}
+            for w in wires
+        ],
+        "outputs": [{"name": t.name, "parameters": {"binary_data": True}} for t in spec.outputs],
+    }
+    head = json.dumps(header).encode()
+    return head + b"".join(w.payload for w in wires), {
+        "Inference-Header-Content-Length": str(len(head)),
+        "Content-Type": "application/octet-stream",
+    }
+
+
+def _http_post(endpoints: Endpoints, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, Any]:
+    """(status, body, response headers); AssertionError when the server does not answer."""
+    connection = http.client.HTTPConnection(*_split(endpoints.http_url), timeout=FUZZ_TIMEOUT_S)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read(), response.headers
+    except TimeoutError:
+        raise AssertionError(f"no HTTP answer within {FUZZ_TIMEOUT_S:.0f} s") from None
+    except (ConnectionError, http.client.HTTPException) as err:
+        raise AssertionError(f"the server dropped the HTTP connection without answering ({type(err).__name__})") from None
+    finally:
+        connection.close()
+
+
+def _infer_path(model: str) -> str:
+    from urllib.parse import quote
+
+    return f"/v2/models/{quote(model, safe='')}/infer"
+
+
+def _grpc_stub(endpoints: Endpoints):
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    channel = grpc.insecure_channel(endpoints.grpc_url, options=[
+        ("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)])
+    return channel, service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+def _grpc_request(model: str, spec: ModelSpec, wires: list[_Wire], request_id: str = ""):
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    for w in wires:
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = w.name, w.datatype
+        tensor.shape.extend(w.shape)
+        request.raw_input_contents.append(w.payload)
+    for t in spec.outputs:
+        request.outputs.add().name = t.name
+    if spec.decoupled:
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
+
+
+def _grpc_outcome(err: Exception) -> str:
+    import grpc
+
+    code = err.code() if isinstance(err, grpc.RpcError) else None
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        raise AssertionError(f"no gRPC answer: {code.name} ({err.details()})")
+    return f"grpc {code.name if code else type(err).__name__}"
+
+
+def send_wire(protocol: str, endpoints: Endpoints, model: str, wires: list[_Wire], spec: ModelSpec,
+               decoupled: bool) -> str:
+    """Send one request; "ok" or how it was refused."""
+    if protocol == "http":
+        status, _, _ = _http_post(endpoints, _infer_path(model), *_http_body(spec, wires))
+        return "ok" if status == 200 else f"http {status}"
+    if decoupled:
+        outcome, _ = _grpc_stream_once(endpoints, _grpc_request(model, spec, wires, "fuzz"))
+        return outcome
+    channel, stub = _grpc_stub(endpoints)
+    try:
+        stub.ModelInfer(_grpc_request(model, spec, wires), timeout=FUZZ_TIMEOUT_S)
+        return "ok"
+    except Exception as err:  # noqa: BLE001 - grpc.RpcError, classified
+        return _grpc_outcome(err)
+    finally:
+        channel.close()
+
+
+def _grpc_stream_once(endpoints: Endpoints, request, cancel_after: float | None = None) -> tuple[str, list]:
+    """Send one request on a fresh stream and read until its final response or an error.
+
+    With ``cancel_after`` (seconds), the stream is cancelled then instead ("cancelled", what came before)."""
+    import grpc
+
+    channel, stub = _grpc_stub(endpoints)
+    responses: list = []
+    try:
+        call = stub.ModelStreamInfer(iter([request]), timeout=FUZZ_TIMEOUT_S)
+        if cancel_after is not None:
+            timer = threading.Timer(cancel_after, call.cancel)
+            timer.start()
+        outcome = None
+        try:
+            # The request iterator is exhausted: the client has half-closed the stream, so the server ends
+            # it once the request is done. Reading on to that end (not cancelling a finished stream) matters:
+            # the 2.51 server's shutdown waits 15 s for a stream that was cancelled after its final response.
+            for message in call:
+                if outcome is not None:
+                    continue
+                if message.error_message:
+                    outcome = "stream error"
+                    continue
+                responses.append(message.infer_response)
+                final = message.infer_response.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    outcome = "ok"
+        except grpc.RpcError as err:
+            if cancel_after is not None and err.code() == grpc.StatusCode.CANCELLED:
+                return "cancelled", responses
+            if outcome is None:
+                return _grpc_outcome(err), responses
+        finally:
+            if cancel_after is not None:
+                timer.cancel()
+        if outcome is not None:
+            return outcome, responses
+        if cancel_after is not None:
+            return "cancelled", responses
+        raise AssertionError("the stream ended without a final response")
+    finally:
+        channel.close()
+
+
+# -- the kinds that need more than tensors
+
+
+def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: Endpoints) -> str:
+    """A valid request; its answer must equal reference.py's."""
+    from tritonclient.utils import triton_to_np_dtype
+
+    spec, reference = case.model, case.reference
+    batch = rng.choice(spec.batch_sizes)
+    inputs = reference.make_inputs(batch, seed=rng.randrange(1000))
+    wires = _wire_from_arrays(inputs)
+    if spec.decoupled:
+        if protocol == "http":  # refused by design: HTTP does not serve decoupled models
+            return send_wire("http", endpoints, spec.name, wires, spec, decoupled=True)
+        outcome, responses = _grpc_stream_once(endpoints, _grpc_request(spec.name, spec, wires, "valid"))
+        if outcome != "ok":
+            raise AssertionError(f"a valid request was refused ({outcome})")
+        data = [r for r in responses if r.outputs]
+        expected = reference.responses(inputs)
+        if len(data) != len(expected):
+            raise AssertionError(f"{len(data)} responses with data, reference.responses gives {len(expected)}")
+        for index, (response, want) in enumerate(zip(data, expected)):
+            got = _decode_grpc_outputs(response, triton_to_np_dtype)
+            assert_outputs_match(got, want, reference.TOLERANCE, f"response {index}")
+        return "ok"
+    if protocol == "http":
+        status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires))
+        if status != 200:
+            raise AssertionError(f"a valid request was refused: HTTP {status} {body[:200]!r}")
+        got = _decode_http_outputs(body, headers, triton_to_np_dtype)
+    else:
+        channel, stub = _grpc_stub(endpoints)
+        try:
+            response = stub.ModelInfer(_grpc_request(spec.name, spec, wires), timeout=FUZZ_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - grpc.RpcError
+            raise AssertionError(f"a valid request was refused: {_grpc_outcome(err)}") from None
+        finally:
+            channel.close()
+        got = _decode_grpc_outputs(response, triton_to_np_dtype)
+    assert_outputs_match(got, reference.compute(inputs), reference.TOLERANCE, f"batch size {batch}")
+    return "ok"
+
+
+def _decode(datatype: str, shape: list[int], raw: bytes, to_np) -> np.ndarray:
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    if datatype == "BYTES":
+        return deserialize_bytes_tensor(raw).reshape(shape)
+    return np.frombuffer(raw, dtype=to_np(datatype)).reshape(shape)
+
+
+def _decode_http_outputs(body: bytes, headers: Any, to_np) -> dict[str, np.ndarray]:
+    length = int(headers.get("Inference-Header-Content-Length", len(body)))
+    header, offset, outputs = json.loads(body[:length]), length, {}
+    for output in header.get("outputs", []):
+        size = int(output.get("parameters", {}).get("binary_data_size", 0))
+        if "data" in output:
+            outputs[output["name"]] = np.array(output["data"], dtype=to_np(output["datatype"])).reshape(output["shape"])
+        else:
+            outputs[output["name"]] = _decode(output["datatype"], output["shape"], body[offset:offset + size], to_np)
+            offset += size
+    return outputs
+
+
+def _decode_grpc_outputs(response, to_np) -> dict[str, np.ndarray]:
+    return {
+        output.name: _decode(output.datatype, list(output.shape), raw, to_np)
+        for output, raw in zip(response.outputs, response.raw_output_contents)
+    }
+
+
+def _fuzz_cancel(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> str:
+    """A valid request abandoned before its answer: the socket closed (HTTP), a deadline or a cancelled
+    stream (gRPC). "cancelled", or "ok" when the answer beat the cancellation."""
+    import grpc
+
+    spec = case.model
+    wires = _wire_from_arrays(case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000)))
+    if case.protocol == "http":
+        body, headers = _http_body(spec, wires)
+        connection = http.client.HTTPConnection(*_split(endpoints.http_url), timeout=FUZZ_TIMEOUT_S)
+        try:
+            connection.request("POST", _infer_path(spec.name), body=body, headers=headers)
+            time.sleep(rng.choice([0, 0, 0.001, 0.005]))
+        finally:
+            connection.close()
+        return "cancelled"
+    if spec.decoupled:
+        outcome, _ = _grpc_stream_once(endpoints, _grpc_request(spec.name, spec, wires, "cancel"),
+                                       cancel_after=rng.uniform(0, 0.03))
+        return outcome
+    channel, stub = _grpc_stub(endpoints)
+    try:
+        stub.ModelInfer(_grpc_request(spec.name, spec, wires), timeout=rng.uniform(0.0001, 0.005))
+        return "ok"
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return "cancelled"
+        return _grpc_outcome(err)
+    finally:
+        channel.close()
+
+
+def _fuzz_disconnect(rng: random.Random, protocol: str, endpoints: Endpoints) -> str:
+    """A client that connects, sends part of a request (or garbage) and goes away."""
+    host, port = _split(endpoints.http_url if protocol == "http" else endpoints.grpc_url)
+    if protocol == "http":
+        length = rng.choice([64, 4096, 2**20, 2**31])
+        head = (f"POST /v2/models/m/infer HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {length}\r\n\r\n").encode()
+        options = [b"", head[: rng.randrange(1, len(head))], head, head + b'{"inputs": [', rng.randbytes(512)]
+    else:
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        options = [b"", preface[: rng.randrange(1, len(preface))], preface, preface + rng.randbytes(64),
+                   rng.randbytes(512)]
+    data = rng.choice(options)
+    with socket.create_connection((host, port), timeout=FUZZ_TIMEOUT_S) as sock:
+        if data:
+            sock.sendall(data)
+        if rng.random() < 0.5:  # an abortive close (RST) instead of a FIN
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    return "disconnected"
+
+
+def _fuzz_malformed(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> str:
+    """A request that is not a valid message: broken JSON or headers (HTTP), random bytes as the protobuf
+    message (gRPC)."""
+    spec = case.model
+    wires = _wire_from_arrays(case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000)))
+    if case.protocol == "grpc":
+        import grpc
+
+        channel, _ = _grpc_stub(endpoints)
+        try:
+            method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                         request_serializer=None, response_deserializer=None)
+            valid = _grpc_request(spec.name, spec, wires).SerializeToString()
+            message = rng.choice([rng.randbytes(rng.randrange(1, 2048)), valid[: rng.randrange(1, len(valid))],
+                                  valid[:8] + rng.randbytes(64) + valid[72:]])
+            try:
+                method(message, timeout=FUZZ_TIMEOUT_S)
+                return "ok"
+            except grpc.RpcError as err:
+                return _grpc_outcome(err)
+        finally:
+            channel.close()
+    body, headers = _http_body(spec, wires)
+    length = int(headers["Inference-Header-Content-Length"])
+    choice = rng.randrange(8)
+    if choice == 0:
+        body = body[: rng.randrange(1, length)]  # truncated JSON
+        headers.pop("Inference-Header-Content-Length")
+    elif choice == 1:
+        headers["Inference-Header-Content-Length"] = str(rng.choice([0, -1, len(body) + 1, 2**63]))
+    elif choice == 2:
+        headers["Inference-Header-Content-Length"] = "abc"
+    elif choice == 3:
+        body = rng.randbytes(rng.randrange(1, 2048))
+    elif choice == 4:
+        body = json.dumps(rng.choice([[], 7, "x", {"inputs": 5}, {"inputs": [{"name": 5}]}, {}])).encode()
+        headers.pop("Inference-Header-Content-Length")
+    elif choice == 5:  # JSON data whose length disagrees with the shape
+        tensors = [{"name": w.name, "datatype": w.datatype, "shape": w.shape, "data": [1] * rng.randrange(0, 5)}
+                   for w in wires]
+        body = json.dumps({"inputs": tensors}).encode()
+        headers.pop("Inference-Header-Content-Length")
+    elif choice == 6:  # binary sizes that add up to more than the body
+        header = json.loads(body[:length])
+        for tensor in header["inputs"]:
+            tensor["parameters"]["binary_data_size"] = rng.choice([2**40, 2**31, tensor["parameters"]["binary_data_size"] + 1])
+        head = json.dumps(header).encode()
+        body, headers["Inference-Header-Content-Length"] = head + body[length:], str(len(head))
+    else:
+        body = body[:length] + rng.randbytes(8)  # binary part too short
+    status, _, _ = _http_post(endpoints, _infer_path(spec.name), body, headers)
+    return "ok" if status == 200 else f"http {status}"

@@ -1,0 +1,121 @@
+"""What the smoke suite knows about a model: its config.pbtxt (as a ModelSpec) and the project's reference.py."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from triton_backend_gen.errors import TbgenError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from triton_backend_gen.project import ModelEntry, Project
+
+
+class SmokeError(TbgenError):
+    """The smoke suite cannot be planned: reference.py or a model config is missing or broken."""
+
+
+# ---- What the model looks like, from its config.pbtxt ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str  # Triton's wire name: "FP32", "INT64", "BYTES", ...
+    dims: tuple[int, ...]  # without the batch dimension
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    max_batch_size: int
+    decoupled: bool
+    dynamic_batching: bool
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def batch_sizes(self) -> list[int | None]:
+        """The batch sizes to test: 1..max_batch_size, or [None] for a model that does not batch."""
+        return list(range(1, self.max_batch_size + 1)) if self.max_batch_size > 0 else [None]
+
+    def served_shape(self, tensor: TensorSpec) -> list[int]:
+        """The shape the server reports in the model metadata (-1 first for the batch dimension)."""
+        return ([-1] if self.max_batch_size > 0 else []) + list(tensor.dims)
+
+
+def model_spec(config: ModelConfig, name: str) -> ModelSpec:
+    """The parts of a ModelConfig that the smoke suite needs."""
+    from tritonclient.grpc import model_config_pb2
+
+    def datatype(value: int) -> str:
+        wire = model_config_pb2.DataType.Name(value).removeprefix("TYPE_")
+        return "BYTES" if wire == "STRING" else wire
+
+    def tensors(items, optional: bool) -> tuple[TensorSpec, ...]:
+        return tuple(
+            TensorSpec(t.name, datatype(t.data_type), tuple(t.dims), bool(optional and t.optional)) for t in items
+        )
+
+    return ModelSpec(
+        name=config.name or name,
+        max_batch_size=config.max_batch_size,
+        decoupled=config.model_transaction_policy.decoupled,
+        dynamic_batching=config.HasField("dynamic_batching") and config.max_batch_size > 0,
+        inputs=tensors(config.input, optional=True),
+        outputs=tensors(config.output, optional=False),
+    )
+
+
+def load_model_spec(project: Project, model: ModelEntry) -> tuple[ModelSpec, ModelConfig]:
+    from triton_backend_gen.model_config import load_model_config
+
+    path = project.model_repository / model.name / "config.pbtxt"
+    if not path.is_file():
+        raise SmokeError(f"{path} does not exist.", f"tbgen.toml lists model '{model.name}'; add its config.pbtxt.")
+    config = load_model_config(path)
+    return model_spec(config, model.name), config
+
+
+# ---- reference.py ---------------------------------------------------------------------------------------
+
+
+def load_reference(project_root: Path) -> ModuleType:
+    """``<project_root>/reference.py`` imported under a module name of its own (projects never collide)."""
+    path = Path(project_root) / "reference.py"
+    if not path.is_file():
+        raise SmokeError(
+            f"{path} does not exist; the smoke suite compares the model's answers with it.",
+            "Every tbgen project has a reference.py (see docs/templates.md); render the project again or write one.",
+        )
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = f"_tbgen_reference_{digest}_{time.monotonic_ns()}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[module_name]
+        raise SmokeError(f"{path} fails to import: {type(err).__name__}: {err}", "Fix reference.py.") from err
+    return module
+
+
+def check_reference_api(reference: ModuleType, decoupled: bool) -> None:
+    wanted = ["make_inputs", "TOLERANCE", "responses" if decoupled else "compute"]
+    missing = [name for name in wanted if not hasattr(reference, name)]
+    if missing:
+        raise SmokeError(
+            f"{reference.__file__} lacks {', '.join(missing)}.",
+            "reference.py defines make_inputs, TOLERANCE and compute (responses for decoupled models); "
+            "see docs/templates.md.",
+        )

@@ -1,0 +1,80 @@
+"""Running a plan of checks against a server, and reporting the results as JUnit XML."""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_backend_gen.smoke.clients import Endpoints, error_text
+
+
+@dataclass(frozen=True)
+class SmokeCheck:
+    name: str
+    protocol: str  # "http", "grpc" or "-" (no server contact)
+    run: Callable[[Endpoints], str]  # a short detail on success; raises with a clear message on failure
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    name: str
+    protocol: str
+    passed: bool
+    detail: str
+    seconds: float
+
+
+def run_smoke(
+    plan: list[SmokeCheck],
+    endpoints: Endpoints,
+    is_healthy: Callable[[], bool] | None = None,
+    progress: Callable[[SmokeResult], None] | None = None,
+) -> list[SmokeResult]:
+    """Run every check in order. ``is_healthy`` (e.g. "the server process is alive and answers") is asked
+    after each check; once it says no, that check fails and the remaining ones are reported as not run."""
+    results = []
+    broken_after: str | None = None
+    for check in plan:
+        if broken_after is not None:
+            result = SmokeResult(check.name, check.protocol, False,
+                                 f"not run: the server stopped being healthy during '{broken_after}'", 0.0)
+        else:
+            start = time.monotonic()
+            try:
+                passed, detail = True, check.run(endpoints)
+            except AssertionError as err:
+                passed, detail = False, str(err) or "assertion failed"
+            except Exception as err:  # noqa: BLE001 - a check that breaks is a failed check, with its reason
+                passed, detail = False, f"{type(err).__name__}: {error_text(err)}"
+            if is_healthy is not None and not is_healthy():
+                broken_after = check.name
+                passed, detail = False, f"the server is not healthy after this check ({detail})"
+            result = SmokeResult(check.name, check.protocol, passed, detail, time.monotonic() - start)
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    return results
+
+
+def write_junit_xml(results: list[SmokeResult], path: Path, suite: str) -> None:
+    """``results`` as a JUnit XML report (one testcase per result) at ``path``."""
+    failures = sum(1 for r in results if not r.passed)
+    root = ET.Element("testsuites", tests=str(len(results)), failures=str(failures))
+    node = ET.SubElement(
+        root, "testsuite", name=suite, tests=str(len(results)), failures=str(failures), errors="0",
+        time=f"{sum(r.seconds for r in results):.3f}",
+    )
+    for result in results:
+        name = f"{result.name} [{result.protocol}]" if result.protocol != "-" else result.name
+        case = ET.SubElement(node, "testcase", classname=suite, name=name, time=f"{result.seconds:.3f}")
+        if result.passed:
+            ET.SubElement(case, "system-out").text = result.detail
+        else:
+            failure = ET.SubElement(case, "failure", message=result.detail.splitlines()[0][:500] if result.detail else "")
+            failure.text = result.detail
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)

@@ -66,22 +66,14 @@ def compiler_cache(tmp_path_factory):
         yield os.environ["CCACHE_DIR"]
 
 
-def build_native(project: Path, build_dir: Path) -> Path:
-    """Configure, build and install a rendered python-backend's pybind11 extension for this Python (until
-    `tbgen build` does it); returns the compile commands."""
-    from triton_backend_gen.toolchain.cmake import cmake_executable
+def build_native(project: Path) -> Path:
+    """Build a rendered python-backend's pybind11 extension for this Python with `tbgen build`'s stage function
+    (into <project>/build/native); returns its compile commands."""
+    from triton_backend_gen.toolchain.build import build_project
 
-    cmake = cmake_executable()
-    configure = [cmake, "-S", str(project / "native"), "-B", str(build_dir), f"-DPython_EXECUTABLE={sys.executable}",
-                 "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DCMAKE_BUILD_TYPE=Release"]
-    if shutil.which("ninja"):
-        configure += ["-G", "Ninja"]
-    if shutil.which("ccache"):
-        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
-    for command in (configure, [cmake, "--build", str(build_dir)], [cmake, "--install", str(build_dir)]):
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}"
-    return build_dir / "compile_commands.json"
+    result = build_project(project)
+    assert result.artifact is not None and result.log_file is not None
+    return result.log_file.parent / "compile_commands.json"
 
 
 @pytest.fixture
@@ -92,3 +84,21 @@ def require_pybind11():
         pytest.skip("pybind11 is not installed for this Python (pip install pybind11, or tbgen's build extra)")
     if not shutil.which(cmake_executable()):
         pytest.skip("cmake is not installed")
+
+
+def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedProcess:
+    """A real `tbgen` process (wide Rich output so messages are not wrapped)."""
+    return subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, check=False, env={**os.environ, "COLUMNS": "250", **(env or {})},
+    )
+
+
+def new_project(tmp_path: Path, template: str, *sets: str, name: str = "proj") -> Path:
+    """`tbgen new` a project for release 24.10 (the embedded server's) with ``--set`` answers."""
+    args = ["new", str(tmp_path / name), "-t", template, "--no-input", "--triton-version", "24.10"]
+    for item in sets:
+        args += ["--set", item]
+    result = run_tbgen(*args)
+    assert result.returncode == 0, result.stderr
+    return tmp_path / name

@@ -29,6 +29,9 @@ app = typer.Typer(
 )
 templates_app = typer.Typer(help="List and check tbgen's project templates.", no_args_is_help=True)
 app.add_typer(templates_app, name="templates")
+deps_app = typer.Typer(help="Triton's core/common/backend sources in tbgen's cache (for offline builds).",
+                       no_args_is_help=True)
+app.add_typer(deps_app, name="deps")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -335,27 +338,159 @@ def infer(
 
 
 @app.command()
-def doctor(server: ServerPath = None) -> None:
-    """Check what tbgen needs: the tritonservers it can find, and how to fix what is missing."""
+def doctor(
+    server: ServerPath = None,
+    triton_version: Annotated[
+        Optional[str], typer.Option("--triton-version", help="Release to check for (default: the project's, else "
+                                    "the newest).")
+    ] = None,
+) -> None:
+    """Check what tbgen needs (CMake, compiler, Ninja, RapidJSON, googletest, nvcc, Triton's sources, servers,
+    Docker) and print the command that fixes each missing piece."""
     from rich.table import Table
 
-    from triton_backend_gen.runtime.discovery import discover_servers
+    from triton_backend_gen.doctor import FAIL, OK, diagnose
 
-    table = Table(title="Triton servers, in the order tbgen looks for them", title_justify="left")
-    for column in ("source", "found", "note"):
+    with _user_errors():
+        diagnoses = diagnose(server, triton_version)
+    table = Table(title="What tbgen needs, and how to fix what is missing", title_justify="left")
+    for column in ("check", "status", "found", "fix"):
         table.add_column(column)
-    chosen = False
-    for source, install, note in discover_servers(server):
-        if install is not None:
-            mark = "[green]use[/green]" if not chosen else "found"
-            chosen = True
-            table.add_row(source, f"{mark} {install.version}", escape_markup(note or str(install.executable)))
-        else:
-            table.add_row(source, "[dim]no[/dim]", escape_markup(note))
+    colours = {OK: "green", FAIL: "red"}
+    for d in diagnoses:
+        colour = colours.get(d.status, "yellow")
+        table.add_row(d.name, f"[{colour}]{d.status}[/]", escape_markup(d.found), escape_markup(d.fix))
     console.print(table)
-    if not chosen:
-        console.print("[red]No tritonserver found.[/red] Fix: pip install 'triton-backend-gen[server]'")
+    failed = [d.name for d in diagnoses if d.failed]
+    if failed:
+        console.print(f"[red]Missing what tbgen requires:[/red] {', '.join(failed)}; run the fix shown for each.")
         raise typer.Exit(1)
+
+
+ReleaseOption = Annotated[
+    Optional[str], typer.Option("--triton-version", help="Release: 24.10, r24.10 or 2.51.0 (default: the project's, "
+                                "else the newest).")
+]
+
+
+@deps_app.command("fetch")
+def deps_fetch(
+    triton_version: ReleaseOption = None,
+    organization: Annotated[
+        Optional[str], typer.Option("--organization", help="URL or directory holding core.git, common.git and "
+                                    "backend.git (default: $TRITON_REPO_ORGANIZATION, else Triton's GitHub).")
+    ] = None,
+    googletest_url: Annotated[
+        Optional[str], typer.Option("--googletest-url", help="A mirror of the googletest archive common asks for.")
+    ] = None,
+    googletest: Annotated[bool, typer.Option("--googletest/--no-googletest", help="Also fetch googletest.")] = True,
+    force: Annotated[bool, typer.Option("--force", help="Replace a cached release.")] = False,
+) -> None:
+    """Clone core, common and backend at the release branch (and googletest) into tbgen's cache."""
+    from triton_backend_gen.toolchain.sources import fetch_sources, target_release
+
+    with _user_errors():
+        release, _ = target_release(triton_version)
+        entry = fetch_sources(release, organization=organization, force=force, googletest=googletest,
+                              googletest_url=googletest_url, progress=lambda line: console.print(line, markup=False))
+    console.print(f"[green]Cached[/green] {release.branch} in {entry}", highlight=False)
+
+
+@deps_app.command("add")
+def deps_add(
+    from_: Annotated[Path, typer.Option("--from", help="A directory holding core/, common/ and backend/.")],
+    triton_version: ReleaseOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a cached release.")] = False,
+) -> None:
+    """Register Triton sources you already have (air-gapped sites): they are checked and copied into the cache."""
+    from triton_backend_gen.toolchain.sources import add_sources, target_release
+
+    with _user_errors():
+        release, _ = target_release(triton_version)
+        entry = add_sources(from_, release, force=force)
+    console.print(f"[green]Cached[/green] {release.branch} in {entry}", highlight=False)
+
+
+@deps_app.command("list")
+def deps_list() -> None:
+    """Show the cached releases, each repository's commit (or "archive" for a tree without git)."""
+    from rich.table import Table
+
+    from triton_backend_gen.toolchain.sources import GOOGLETEST, REPOSITORIES, list_sources, sources_dir
+
+    entries = list_sources()
+    if not entries:
+        console.print(f"No Triton sources cached in {sources_dir()}. Fill it with `tbgen deps fetch`.", highlight=False)
+        return
+    table = Table(title=f"Triton sources in {sources_dir()}", title_justify="left")
+    for column in ("release", *REPOSITORIES, GOOGLETEST, "complete"):
+        table.add_column(column)
+    for entry in entries:
+        cells = [entry.repositories.get(name) or "[red]missing[/red]" for name in REPOSITORIES]
+        cells.append(entry.repositories.get(GOOGLETEST) or "[dim]system[/dim]")
+        table.add_row(entry.branch, *cells, "[green]yes[/green]" if entry.complete else "[red]no[/red]")
+    console.print(table)
+
+
+@app.command()
+def build(
+    project: Annotated[Path, typer.Argument(help="The project to build.")] = Path("."),
+    gpu: Annotated[
+        Optional[bool], typer.Option("--gpu/--no-gpu", help="Build the CUDA path (default: the project's gpu answer).")
+    ] = None,
+    build_type: Annotated[str, typer.Option("--build-type", help="Release, Debug or RelWithDebInfo.")] = "Release",
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel jobs (default: CPUs).")] = None,
+    clean: Annotated[bool, typer.Option("--clean", help="Remove the previous build first.")] = False,
+    server: ServerPath = None,
+) -> None:
+    """Configure, build and install the project's backend (or native extension), then check the library."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from triton_backend_gen.toolchain.build import build_project
+
+    columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}", markup=False))
+    with _user_errors(), Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("configuring", total=None)
+
+        def progress(done: int, total: int, line: str) -> None:
+            bar.update(task, completed=done, total=total, description=line[:80])
+
+        result = build_project(project, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean, progress=progress,
+                               server=server)
+    for note in result.notes:
+        console.print(f"[dim]note:[/dim] {escape_markup(note)}", highlight=False)
+    if result.artifact is None:
+        raise typer.Exit(0)
+    verb = "Built" if result.work_done else "Up to date:"
+    console.print(f"[green]{verb}[/green] {result.artifact}  ({result.seconds:.1f}s, log: {result.log_file})",
+                  highlight=False)
+    _print_findings(result.findings)
+    raise typer.Exit(1 if result.errors else 0)
+
+
+def _print_findings(findings) -> None:
+    for finding in findings:
+        colour = "red" if finding.severity == "error" else "dim"
+        console.print(f"[{colour}]{finding.severity}:[/] {escape_markup(finding.message)}", highlight=False)
+
+
+@app.command()
+def check(
+    project: Annotated[Path, typer.Argument(help="A built C++ project, or a backend library (.so).")] = Path("."),
+    server: ServerPath = None,
+) -> None:
+    """Check a built backend library: its exports, its imports against the server, its dependencies."""
+    from triton_backend_gen.toolchain.symbols import check_project
+
+    with _user_errors():
+        report = check_project(project, server=server)
+    console.print(f"{report.library}" + (f" against {report.server}" if report.server else ""), highlight=False)
+    _print_findings(report.findings)
+    if report.errors:
+        console.print(f"[red]{len(report.errors)} error(s)[/red]")
+        raise typer.Exit(1)
+    console.print("[green]OK[/green]")
 
 
 class _user_errors:

@@ -53,3 +53,7 @@ class BuildError(TbgenError):
 
 class ServerError(TbgenError):
     """No usable tritonserver, or one that would not start, become ready or stop (the message names the log)."""
+
+
+class SourcesError(TbgenError):
+    """Filling or reading the Triton source cache failed (a clone, a copy, or an entry that already exists)."""

@@ -36,6 +36,7 @@ class Project:
     model_repository: Path
     models: tuple[ModelEntry, ...]
     answers: dict[str, Any] = field(default_factory=dict)
+    native: dict[str, str] = field(default_factory=dict)  # python-backend's [native] table, empty without one
 
 
 def find_project_root(start: Path) -> Path | None:
@@ -75,6 +76,7 @@ def load_project(path: Path) -> Project:
             model_repository=root / proj.get("model_repository", "model_repository"),
             models=models,
             answers=dict(data.get("answers", {})),
+            native=dict(data.get("native", {})),
         )
     except tomllib.TOMLDecodeError as err:
         raise ProjectError(f"{file} is not valid TOML: {err}", "Fix the file or render the project again.") from err

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_backend_gen.errors import ServerError
+from triton_backend_gen.errors import BuildError, ServerError
 from triton_backend_gen.project import Project, load_project
 
 
@@ -41,6 +41,7 @@ def run_project_tests(
     from triton_backend_gen.smoke import Endpoints, plan_fuzz, plan_smoke, run_fuzz, run_smoke
 
     project = load_project(path)
+    build_if_needed(project, server)
     plan = [check for model in project.models for check in plan_smoke(project, model)]
     fuzz_cases = plan_fuzz(project, fuzz, seed) if fuzz else []
     triton = prepare_server(project.root, server=server)
@@ -60,3 +61,20 @@ def run_project_tests(
             fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
             report.results += fuzz_report.as_results()
     return report
+
+
+def build_if_needed(project: Project, server: Path | None) -> None:
+    """Bring the project's build up to date before a run (a no-op check, about a second, when it is).
+
+    C++ projects are always built (they cannot run otherwise). A python project's native extension is rebuilt
+    once it has been built (so edits to it are tested); never built, the model runs its numpy fallback."""
+    from triton_backend_gen.toolchain.build import build_kind, build_project
+
+    kind = build_kind(project)
+    if kind is None or (kind == "native" and not (project.root / "build" / "native" / "CMakeCache.txt").is_file()):
+        return
+    result = build_project(project.root, server=server)
+    errors = [f.message for f in result.errors]
+    if errors:
+        raise BuildError("The built library would not load: " + "; ".join(errors),
+                         f"Run `tbgen check {project.root}` for the details.")

@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import build_native, triton_sources_or_skip
+from conftest import build_native, new_project, run_tbgen as tbgen, triton_sources_or_skip
 
 pytestmark = pytest.mark.slow
 
@@ -29,22 +30,6 @@ def embedded_server():
         pytest.skip(f"no tritonserver to test against: {err.message} ({err.hint})")
 
 
-def tbgen(*args, cwd=None, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "triton_backend_gen", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "250"},
-    )
-
-
-def new_project(tmp_path: Path, template: str, *sets: str, name: str = "proj") -> Path:
-    args = ["new", str(tmp_path / name), "-t", template, "--no-input", "--triton-version", "24.10"]
-    for item in sets:
-        args += ["--set", item]
-    result = tbgen(*args)
-    assert result.returncode == 0, result.stderr
-    return tmp_path / name
-
-
 def build_cpp(project: Path, compiler_cache) -> None:
     from triton_backend_gen.toolchain.cmake import run_cmake_build
 
@@ -52,7 +37,7 @@ def build_cpp(project: Path, compiler_cache) -> None:
 
 
 def servers_of(project: Path) -> list[int]:
-    """Pids of tritonserver processes serving ``project``'s model repository."""
+    """Pids of tritonserver processes, and of python backend stubs, serving ``project``'s model repository."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -61,9 +46,22 @@ def servers_of(project: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmdline and cmdline[0].endswith(b"tritonserver") and any(str(project).encode() in a for a in cmdline):
+        program = cmdline[0] if cmdline else b""
+        server = program.endswith(b"tritonserver") or program.endswith(b"triton_python_backend_stub")
+        if server and any(str(project).encode() in a for a in cmdline):
             pids.append(int(entry.name))
     return pids
+
+
+def crash_report(project: Path) -> str:
+    log = (project / "build" / "tbgen" / "server.log").read_text(errors="replace")
+    return log[log.find("Signal (11) received."):] if "Signal (11) received." in log else ""
+
+
+def crashed_inside_triton(project: Path) -> bool:
+    """The server segfaulted and no frame of its stack is in a backend library (libtriton_*.so)."""
+    report = crash_report(project)
+    return bool(report) and "libtriton_" not in report
 
 
 def assert_passed(result: subprocess.CompletedProcess) -> None:
@@ -98,6 +96,11 @@ def test_cpp_projects_pass_the_smoke_suite(tmp_path, compiler_cache, template, s
     project = new_project(tmp_path, template, *sets)
     build_cpp(project, compiler_cache)
     result = tbgen("test", str(project), "--fuzz", "200")
+    if result.returncode != 0 and crashed_inside_triton(project):
+        # Seen rarely on a loaded machine: tritonserver 2.51's own frontend segfaults (a thread of the server
+        # binary, no frame in the backend) while the fuzzer cancels requests. Not the backend's fault; rerun once.
+        warnings.warn(f"tritonserver itself crashed during the fuzz run; rerunning once:\n{crash_report(project)}")
+        result = tbgen("test", str(project), "--fuzz", "200")
     assert_passed(result)
     assert "fuzz: 200 malformed requests" in result.stdout
     assert servers_of(project) == []
@@ -108,7 +111,7 @@ def test_native_python_project_runs_the_native_path(tmp_path, require_pybind11):
     log = project / "build" / "tbgen" / "server.log"
     assert_passed(tbgen("test", str(project)))
     assert "compute path: numpy (native extension not built)" in log.read_text()
-    build_native(project, project / "build" / "native")
+    build_native(project)
     assert_passed(tbgen("test", str(project)))
     assert "add_sub: compute path: native (" in log.read_text()
 

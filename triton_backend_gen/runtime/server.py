@@ -175,6 +175,7 @@ class TritonServer:
         self.shm_prefix = f"{SHM_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:6]}_"
         self.ports: Ports | None = None
         self._process: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None
         self._log: IO[bytes] | None = None
         self._returncode: int | None = None
         self._lock = threading.Lock()
@@ -219,6 +220,7 @@ class TritonServer:
         except OSError as err:
             self._close_log()
             raise ServerError(f"cannot run {self.install.executable}: {err.strerror}") from err
+        self._watchdog = _start_watchdog(self._process.pid)
         try:
             self._wait_until_ready()
         except BaseException:
@@ -245,6 +247,9 @@ class TritonServer:
                 # The python stubs of a killed server are still in its group; a cleanly stopped server has none.
                 _kill_group(process.pid)
                 _wait_group_gone(process.pid, timeout=5)
+                if self._watchdog is not None:  # the group is gone: the watchdog finds nothing to kill and exits
+                    self._watchdog.stdin.close()
+                    self._watchdog.wait()
                 _remove_shm_regions(self.shm_prefix)
                 self._close_log()
                 for path in self.remove_on_stop:
@@ -378,6 +383,24 @@ class TritonServer:
 
 # --- process hygiene ----------------------------------------------------------------------------------------
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+# Run beside the server: when tbgen is gone (its end of the pipe closed, even by SIGKILL), kill the server's
+# whole process group. PR_SET_PDEATHSIG kills the server itself, but not the python stubs it forked.
+_WATCHDOG = (
+    "import os, signal, sys\n"
+    "sys.stdin.buffer.read()\n"
+    "try:\n    os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+    "except OSError:\n    pass\n"
+)
+
+
+def _start_watchdog(pgid: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(pgid)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,  # Ctrl-C on the terminal must not reach it
+    )
 
 
 def _die_with_parent() -> None:

@@ -1,7 +1,7 @@
 """Drive CMake for a generated C++ project: command lines (pure) and one runner (side effects).
 
-``configure_command`` and ``build_command`` only decide; ``run_cmake_build`` runs configure, build and
-install, logging everything to ``<build_dir>/tbgen-build.log``.
+``configure_command``, ``build_command``, ``needs_configure`` and ``progress_of`` only decide; ``cmake_build``
+runs configure (when needed), build and install, logging everything to ``<build_dir>/tbgen-build.log``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen.errors import BuildError
@@ -21,10 +22,14 @@ TRITON_REPOS = ("common", "core", "backend")
 # Debian/Ubuntu's googletest sources; Triton's common adds its unit tests and so fetches googletest.
 SYSTEM_GOOGLETEST = Path("/usr/src/googletest")
 LOG_NAME = "tbgen-build.log"
+# The configure command line of the last successful build: a valid cache for the same settings is reused.
+CONFIGURE_STAMP = "tbgen-configure.txt"
 
 # What compilers, linkers, nvcc and CMake print for an error; Ninja's "FAILED: target" only as a fallback.
 _ERROR_LINE = re.compile(r"^CMake Error\b|\b(?:fatal )?error\s*:|undefined reference to|^nvcc fatal")
 _FAILED_LINE = re.compile(r"^FAILED:")
+_NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
 
 
 def cmake_executable() -> str:
@@ -71,8 +76,9 @@ def configure_command(
         for repo in TRITON_REPOS:
             defines[f"FETCHCONTENT_SOURCE_DIR_REPO-{repo.upper()}"] = str(Path(triton_sources) / repo)
         defines["FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
-    if (SYSTEM_GOOGLETEST / "CMakeLists.txt").is_file():
-        defines["FETCHCONTENT_SOURCE_DIR_GOOGLETEST"] = str(SYSTEM_GOOGLETEST)
+    googletest = googletest_sources(triton_sources)
+    if googletest is not None:
+        defines["FETCHCONTENT_SOURCE_DIR_GOOGLETEST"] = str(googletest)
     ccache = _on_path("ccache")
     if ccache:
         languages = ("C", "CXX", "CUDA") if gpu else ("C", "CXX")
@@ -83,6 +89,14 @@ def configure_command(
         defines.pop(key, None)
     defines.update(extra_defines)
     return command + [f"-D{key}={value}" for key, value in defines.items()]
+
+
+def googletest_sources(triton_sources: Path | None) -> Path | None:
+    """The googletest that Triton's common builds its tests with: the one cached beside ``triton_sources``
+    (at the commit common asks for), else the system's, else None (FetchContent downloads it)."""
+    candidates = [Path(triton_sources) / "googletest"] if triton_sources is not None else []
+    candidates.append(SYSTEM_GOOGLETEST)
+    return next((path for path in candidates if (path / "CMakeLists.txt").is_file()), None)
 
 
 def build_command(build_dir: Path, *, jobs: int | None = None, target: str | None = None) -> list[str]:
@@ -111,6 +125,107 @@ def first_error_line(log: str) -> str | None:
     return next((line.strip() for line in lines if _FAILED_LINE.search(line)), None)
 
 
+@dataclass(frozen=True)
+class CMakeRun:
+    """What one ``cmake_build`` did."""
+
+    install_dir: Path
+    log_file: Path
+    configured: bool  # CMake's configure step ran (no valid cache for these settings)
+    work_done: bool  # anything was configured, compiled or linked (False: the build was up to date)
+
+
+def progress_of(line: str) -> tuple[int, int] | None:
+    """(done, total) from a build tool's progress line: Ninja's "[3/10] ..." or Make's "[ 30%] ..."."""
+    match = _NINJA_PROGRESS.match(line)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    match = _MAKE_PROGRESS.match(line)
+    if match:
+        return int(match.group(1)), 100
+    return None
+
+
+def needs_configure(build_dir: Path, command: list[str]) -> bool:
+    """Whether ``command`` must run: no CMake cache and build system yet, or other settings than last time.
+
+    (When the cache is valid the build tool itself re-runs CMake if a CMakeLists.txt changed.)"""
+    stamp = build_dir / CONFIGURE_STAMP
+    generated = (build_dir / "build.ninja").is_file() or (build_dir / "Makefile").is_file()
+    if not ((build_dir / "CMakeCache.txt").is_file() and generated and stamp.is_file()):
+        return True
+    return stamp.read_text() != _stamp_text(command)
+
+
+def _stamp_text(command: list[str]) -> str:
+    return "\n".join(command) + "\n"
+
+
+def cmake_build(
+    source_dir: Path,
+    build_dir: Path,
+    *,
+    triton_sources: Path | None,
+    gpu: bool,
+    build_type: str = "Release",
+    install_dir: Path | None = None,
+    jobs: int | None = None,
+    extra_defines: Mapping[str, str] = {},
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CMakeRun:
+    """Configure (only when needed), build and install ``source_dir``; the one CMake driver of tbgen.
+
+    Output goes to ``<build_dir>/tbgen-build.log``; ``progress(done, total, line)`` follows the build tool's
+    "[n/m]" lines. Raises BuildError naming the first compiler or CMake error and the log."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    install_dir = install_dir or build_dir / "install"
+    log_path = build_dir / LOG_NAME
+    configure = configure_command(source_dir, build_dir, triton_sources=triton_sources, gpu=gpu,
+                                  build_type=build_type, install_prefix=install_dir, extra_defines=extra_defines)
+    configured = needs_configure(build_dir, configure)
+    steps = [("configure", configure)] if configured else []
+    steps += [("build", build_command(build_dir, jobs=jobs)), ("install", install_command(build_dir, install_dir))]
+    work_done = configured
+    (build_dir / CONFIGURE_STAMP).unlink(missing_ok=True)
+    with log_path.open("w") as log:
+        for stage, command in steps:
+            log.write(f"$ {' '.join(command)}\n")
+            log.flush()
+            returncode, stepped = _run_logged(command, log, progress if stage == "build" else None)
+            work_done = work_done or (stage == "build" and stepped)
+            if returncode != 0:
+                log.flush()
+                error = first_error_line(log_path.read_text(errors="replace")) or f"exit status {returncode}"
+                raise BuildError(
+                    f"CMake {stage} of {source_dir} failed: {error}\nFull log: {log_path}",
+                    "Fix the first error above; the log has the complete compiler and CMake output.",
+                )
+    (build_dir / CONFIGURE_STAMP).write_text(_stamp_text(configure))
+    return CMakeRun(install_dir=install_dir, log_file=log_path, configured=configured, work_done=work_done)
+
+
+def _run_logged(command: list[str], log, progress: Callable[[int, int, str], None] | None) -> tuple[int, bool]:
+    """Run ``command`` with its output appended to ``log``; returns (exit status, whether it made progress lines)."""
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", stdin=subprocess.DEVNULL)
+    except FileNotFoundError as err:
+        raise BuildError(
+            f"cannot run {command[0]}: {err.strerror}",
+            "Install CMake >= 3.21 (`pip install 'triton-backend-gen[build]'` brings one).",
+        ) from err
+    stepped = False
+    with process:
+        for line in process.stdout:
+            log.write(line)
+            step = progress_of(line)
+            if step is not None:
+                stepped = True
+                if progress is not None:
+                    progress(step[0], step[1], line.rstrip())
+    return process.returncode, stepped
+
+
 def run_cmake_build(
     source_dir: Path,
     build_dir: Path,
@@ -120,31 +235,4 @@ def run_cmake_build(
     build_type: str = "Release",
 ) -> Path:
     """Configure, build and install ``source_dir``; returns the install directory ``build_dir/install``."""
-    build_dir.mkdir(parents=True, exist_ok=True)
-    install_dir = build_dir / "install"
-    log_path = build_dir / LOG_NAME
-    steps = [
-        ("configure", configure_command(source_dir, build_dir, triton_sources=triton_sources, gpu=gpu,
-                                        build_type=build_type, install_prefix=install_dir)),
-        ("build", build_command(build_dir)),
-        ("install", install_command(build_dir, install_dir)),
-    ]
-    with log_path.open("w") as log:
-        for stage, command in steps:
-            log.write(f"$ {' '.join(command)}\n")
-            log.flush()
-            try:
-                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False)
-            except FileNotFoundError as err:
-                raise BuildError(
-                    f"cannot run {command[0]}: {err.strerror}",
-                    "Install CMake >= 3.21 (`pip install 'triton-backend-gen[build]'` brings one).",
-                ) from err
-            if result.returncode != 0:
-                log.flush()
-                error = first_error_line(log_path.read_text(errors="replace")) or f"exit status {result.returncode}"
-                raise BuildError(
-                    f"CMake {stage} of {source_dir} failed: {error}\nFull log: {log_path}",
-                    "Fix the first error above; the log has the complete compiler and CMake output.",
-                )
-    return install_dir
+    return cmake_build(source_dir, build_dir, triton_sources=triton_sources, gpu=gpu, build_type=build_type).install_dir

@@ -1,0 +1,274 @@
+"""`tbgen doctor`: what building and running a backend needs, checked on this machine.
+
+``diagnose`` returns one :class:`Diagnosis` per piece: CMake (against the release's minimum), a C++17
+compiler, Ninja, RapidJSON, googletest, nvcc (for --gpu builds), Triton's source cache, the tritonservers tbgen
+can find, and Docker. Each piece that is missing or too old carries the command that fixes it. Required pieces
+(CMake, the compiler, a server) fail; the others only warn, as tbgen works without them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_backend_gen import versions
+from triton_backend_gen.errors import TbgenError
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+RAPIDJSON_HEADER = "rapidjson/document.h"
+RAPIDJSON_PREFIXES = (Path("/usr/include"), Path("/usr/local/include"))
+CUDA_ROOTS = (Path("/usr/local/cuda"),)
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+_TIMEOUT = 60
+# Uses what C++17 brought (structured bindings, if constexpr, std::optional, inline variables).
+_CXX17_PROGRAM = """#include <map>
+#include <optional>
+#include <string>
+inline constexpr int kAnswer = 42;
+int main() {
+  std::map<std::string, int> values{{"answer", kAnswer}};
+  for (const auto& [name, value] : values) {
+    if constexpr (sizeof(int) >= 4) {
+      std::optional<int> found = value;
+      return (name.empty() || *found != kAnswer) ? 1 : 0;
+    }
+  }
+  return 1;
+}
+"""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One checked piece: its status ("ok", "warn" or "fail"), what was found, and the command that fixes it."""
+
+    name: str
+    status: str
+    found: str
+    fix: str = ""
+    required: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.required and self.status == FAIL
+
+
+def diagnose(server: Path | None = None, release: versions.Release | str | None = None) -> list[Diagnosis]:
+    """Check everything tbgen needs for ``release`` (default: the project's in the current directory, else the
+    newest); ``server`` is an explicit tritonserver, as for `tbgen serve --server`."""
+    target, chosen = _target_release(release)
+    return [
+        check_cmake(target),
+        check_compiler(),
+        check_ninja(),
+        check_rapidjson(),
+        check_googletest(target),
+        check_nvcc(),
+        check_source_cache(target),
+        *check_servers(server, target if chosen else None),
+        check_docker(),
+    ]
+
+
+def _target_release(release: versions.Release | str | None) -> tuple[versions.Release, bool]:
+    if isinstance(release, versions.Release):
+        return release, True
+    from triton_backend_gen.toolchain.sources import target_release
+
+    return target_release(release)
+
+
+# --- the checks ---------------------------------------------------------------------------------------------
+def check_cmake(release: versions.Release) -> Diagnosis:
+    from triton_backend_gen.toolchain.cmake import cmake_executable
+
+    fix = f"pip install 'cmake>={release.min_cmake}'"
+    cmake = cmake_executable()
+    output = _output([cmake, "--version"])
+    if output is None:
+        return Diagnosis("cmake", FAIL, "not found", fix, required=True)
+    found = _version_in(output)
+    if found is None:
+        return Diagnosis("cmake", FAIL, f"{cmake}: unreadable version", fix, required=True)
+    text = ".".join(map(str, found))
+    if found < _version_tuple(release.min_cmake):
+        return Diagnosis("cmake", FAIL, f"{text} at {cmake}; {release.branch} needs >= {release.min_cmake}", fix,
+                         required=True)
+    return Diagnosis("cmake", OK, f"{text} at {cmake} (>= {release.min_cmake} for {release.branch})", required=True)
+
+
+def check_compiler() -> Diagnosis:
+    fix = "sudo apt-get install g++"
+    compiler = next(filter(None, (_which(name) for name in (os.environ.get("CXX"), "c++", "g++", "clang++"))), None)
+    if compiler is None:
+        return Diagnosis("C++17 compiler", FAIL, "no $CXX, c++, g++ or clang++", fix, required=True)
+    with tempfile.TemporaryDirectory(prefix="tbgen-doctor-") as scratch:
+        source = Path(scratch) / "cxx17.cc"
+        source.write_text(_CXX17_PROGRAM)
+        try:
+            result = subprocess.run([compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", str(source), "-o",
+                                     str(Path(scratch) / "cxx17")], capture_output=True, text=True, errors="replace",
+                                    timeout=_TIMEOUT, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return Diagnosis("C++17 compiler", FAIL, f"{compiler} could not run: {err}", fix, required=True)
+    if result.returncode != 0:
+        first = next((line for line in result.stderr.splitlines() if line.strip()), f"exit {result.returncode}")
+        return Diagnosis("C++17 compiler", FAIL, f"{compiler} cannot compile C++17: {first}", fix, required=True)
+    version = (_output([compiler, "--version"]) or "").splitlines()
+    return Diagnosis("C++17 compiler", OK, f"{compiler} ({version[0].strip() if version else 'unknown version'})",
+                     required=True)
+
+
+def check_ninja() -> Diagnosis:
+    from triton_backend_gen.toolchain.cmake import _on_path
+
+    ninja = _on_path("ninja")
+    if ninja is None:
+        return Diagnosis("ninja", WARN, "not found (CMake falls back to make, without a build progress bar)",
+                         "pip install ninja")
+    version = (_output([ninja, "--version"]) or "").strip()
+    return Diagnosis("ninja", OK, f"{version or 'unknown version'} at {ninja}")
+
+
+def check_rapidjson() -> Diagnosis:
+    for prefix in RAPIDJSON_PREFIXES:
+        if (prefix / RAPIDJSON_HEADER).is_file():
+            return Diagnosis("rapidjson", OK, str(prefix / "rapidjson"))
+    return Diagnosis("rapidjson", WARN, f"no {RAPIDJSON_HEADER} (Triton's common needs it for C++ builds)",
+                     "sudo apt-get install rapidjson-dev")
+
+
+def check_googletest(release: versions.Release) -> Diagnosis:
+    from triton_backend_gen.toolchain.cmake import googletest_sources
+    from triton_backend_gen.toolchain.sources import cached_sources
+
+    found = googletest_sources(cached_sources(release.branch))
+    if found is not None:
+        return Diagnosis("googletest", OK, str(found))
+    return Diagnosis("googletest", WARN, "not cached and no /usr/src/googletest (C++ builds would download it)",
+                     f"tbgen deps fetch --triton-version {release.container}  (or: sudo apt-get install googletest)")
+
+
+def check_nvcc() -> Diagnosis:
+    fix = "install the CUDA toolkit (12.x or 13.x), e.g. sudo apt-get install nvidia-cuda-toolkit"
+    candidates = [_which("nvcc")]
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *map(str, CUDA_ROOTS)):
+        if root:
+            candidates.append(str(Path(root) / "bin" / "nvcc"))
+    nvcc = next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+    if nvcc is None:
+        return Diagnosis("nvcc (for --gpu)", WARN, "not found; only CPU builds are possible", fix)
+    match = _NVCC_RELEASE.search(_output([nvcc, "--version"]) or "")
+    if match is None:
+        return Diagnosis("nvcc (for --gpu)", WARN, f"{nvcc}: unreadable version", fix)
+    try:
+        archs = versions.cuda_architectures_for(match.group(2))
+    except TbgenError as err:
+        return Diagnosis("nvcc (for --gpu)", WARN, f"{match.group(2)} at {nvcc}: {err.message}", fix)
+    return Diagnosis("nvcc (for --gpu)", OK, f"{match.group(2)} at {nvcc}; architectures {';'.join(archs)}")
+
+
+def check_source_cache(release: versions.Release) -> Diagnosis:
+    from triton_backend_gen.toolchain.sources import missing_repositories, sources_dir
+
+    entry = sources_dir() / release.branch
+    missing = missing_repositories(release.branch)
+    if not missing:
+        return Diagnosis(f"Triton sources {release.branch}", OK, f"{entry} (offline builds)")
+    return Diagnosis(f"Triton sources {release.branch}", WARN,
+                     f"{entry} lacks {', '.join(missing)} (builds clone them with network)",
+                     f"tbgen deps fetch --triton-version {release.container}")
+
+
+def check_servers(server: Path | None, release: versions.Release | None) -> list[Diagnosis]:
+    """One row per tritonserver found (the first is the one tbgen uses; it warns when ``release`` is another),
+    or one failing row when none is."""
+    from triton_backend_gen.runtime.discovery import (
+        SERVER_EXTRA_HINT,
+        SOURCE_EXPLICIT,
+        discover_servers,
+    )
+
+    rows: list[Diagnosis] = []
+    looked: list[str] = []
+    used = False
+    for source, install, note in discover_servers(server):
+        if install is None:
+            looked.append(f"{source}: {note}")
+            if source == SOURCE_EXPLICIT:
+                rows.append(Diagnosis(f"tritonserver ({source})", FAIL, note,
+                                      "pass --server the path of a tritonserver executable", required=True))
+            continue
+        found = f"{'' if used else 'used: '}{install.describe()}"
+        fix = ""
+        if not used and release is not None and install.release is not None and install.release != release:
+            found += f" (the target is {release.container})"
+            fix = f"pass --server a {release.container} tritonserver, e.g. from {release.image}"
+        rows.append(Diagnosis(f"tritonserver ({source})", OK if not fix else WARN, found, fix, required=True))
+        used = True
+    if not used:
+        rows.append(Diagnosis("tritonserver", FAIL, "none found; looked at " + "; ".join(looked),
+                              SERVER_EXTRA_HINT, required=True))
+    return rows
+
+
+def check_docker() -> Diagnosis:
+    """The docker engine, through the docker SDK when it is installed, else the docker CLI."""
+    install = "sudo apt-get install docker.io"
+    start = "sudo systemctl start docker  (or: sudo dockerd &)"
+    try:
+        import docker  # the SDK is optional
+    except ImportError:
+        docker = None
+    if docker is not None:
+        try:
+            client = docker.from_env(timeout=10)
+            version = client.version().get("Version", "unknown version")
+            return Diagnosis("docker", OK, f"engine {version} (docker SDK)")
+        except (docker.errors.DockerException, OSError) as err:  # requests' errors are OSErrors
+            return Diagnosis("docker", WARN, f"engine not reachable: {err}", start)
+    cli = _which("docker")
+    if cli is None:
+        return Diagnosis("docker", WARN, "no docker CLI or SDK (only needed to run NGC containers)", install)
+    try:
+        result = subprocess.run([cli, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
+                                errors="replace", timeout=_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Diagnosis("docker", WARN, f"{cli} info failed: {err}", start)
+    if result.returncode != 0 or not result.stdout.strip():
+        reason = next((line for line in result.stderr.splitlines() if line.strip()), f"exit {result.returncode}")
+        return Diagnosis("docker", WARN, f"engine not reachable: {reason.strip()}", start)
+    return Diagnosis("docker", OK, f"engine {result.stdout.strip()} via {cli}")
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+def _which(name: str | None) -> str | None:
+    return shutil.which(name) if name else None
+
+
+def _output(command: list[str]) -> str | None:
+    """stdout+stderr of ``command``, or None when it cannot run or fails."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=_TIMEOUT,
+                                stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout + result.stderr if result.returncode == 0 else None
+
+
+def _version_in(text: str) -> tuple[int, ...] | None:
+    match = _VERSION.search(text)
+    return tuple(int(part) for part in match.groups() if part is not None) if match else None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    found = _version_in(text)
+    if found is None:
+        raise ValueError(f"not a version: {text}")
+    return found

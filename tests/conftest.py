@@ -102,3 +102,12 @@ def new_project(tmp_path: Path, template: str, *sets: str, name: str = "proj") -
     result = run_tbgen(*args)
     assert result.returncode == 0, result.stderr
     return tmp_path / name
+
+
+def read_config(project: Path, model: str | None = None):
+    """The ModelConfig of ``model`` in a rendered project (its first model from tbgen.toml when None)."""
+    from triton_backend_gen.model_config import load_model_config
+    from triton_backend_gen.project import load_project
+
+    name = model or load_project(project).models[0].name
+    return load_model_config(project / "model_repository" / name / "config.pbtxt")

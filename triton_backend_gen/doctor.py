@@ -22,9 +22,7 @@ from triton_backend_gen.errors import TbgenError
 OK, WARN, FAIL = "ok", "warn", "fail"
 RAPIDJSON_HEADER = "rapidjson/document.h"
 RAPIDJSON_PREFIXES = (Path("/usr/include"), Path("/usr/local/include"))
-CUDA_ROOTS = (Path("/usr/local/cuda"),)
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
 _TIMEOUT = 60
 # Uses what C++17 brought (structured bindings, if constexpr, std::optional, inline variables).
 _CXX17_PROGRAM = """#include <map>
@@ -156,22 +154,19 @@ def check_googletest(release: versions.Release) -> Diagnosis:
 
 
 def check_nvcc() -> Diagnosis:
+    """The nvcc `tbgen build --gpu` would use (the build's own lookup and version parsing)."""
+    from triton_backend_gen.toolchain.build import find_nvcc, parse_nvcc_version
+
     fix = "install the CUDA toolkit (12.x or 13.x), e.g. sudo apt-get install nvidia-cuda-toolkit"
-    candidates = [_which("nvcc")]
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *map(str, CUDA_ROOTS)):
-        if root:
-            candidates.append(str(Path(root) / "bin" / "nvcc"))
-    nvcc = next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+    nvcc = find_nvcc()
     if nvcc is None:
         return Diagnosis("nvcc (for --gpu)", WARN, "not found; only CPU builds are possible", fix)
-    match = _NVCC_RELEASE.search(_output([nvcc, "--version"]) or "")
-    if match is None:
-        return Diagnosis("nvcc (for --gpu)", WARN, f"{nvcc}: unreadable version", fix)
     try:
-        archs = versions.cuda_architectures_for(match.group(2))
+        version = parse_nvcc_version(_output([str(nvcc), "--version"]) or "")
+        archs = versions.cuda_architectures_for(version)
     except TbgenError as err:
-        return Diagnosis("nvcc (for --gpu)", WARN, f"{match.group(2)} at {nvcc}: {err.message}", fix)
-    return Diagnosis("nvcc (for --gpu)", OK, f"{match.group(2)} at {nvcc}; architectures {';'.join(archs)}")
+        return Diagnosis("nvcc (for --gpu)", WARN, f"{nvcc}: {err.message}", fix)
+    return Diagnosis("nvcc (for --gpu)", OK, f"{version} at {nvcc}; architectures {';'.join(archs)}")
 
 
 def check_source_cache(release: versions.Release) -> Diagnosis:

@@ -8,7 +8,6 @@ every variant: a warm run of the whole matrix takes about a minute on 2 cores, a
 
 from __future__ import annotations
 
-import importlib.util
 import py_compile
 import re
 import shutil
@@ -16,12 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import triton_sources_or_skip
-from google.protobuf import text_format
+from conftest import read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
 from triton_backend_gen.project import load_project
+from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import cmake_executable, run_cmake_build
 
 DTYPES = ["FP32", "FP16", "INT32", "INT64"]
@@ -48,18 +47,6 @@ GPU_FILES = {"src/kernels.cu", "src/kernels.h"}
 
 def rendered_files(project: Path) -> set[str]:
     return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
-
-
-def read_config(project: Path, model: str = "add_sub") -> model_config_pb2.ModelConfig:
-    return text_format.Parse((project / "model_repository" / model / "config.pbtxt").read_text(),
-                             model_config_pb2.ModelConfig())
-
-
-def load_reference(project: Path):
-    spec = importlib.util.spec_from_file_location(f"reference_{id(project)}", project / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def cmake_cache_default(cmakelists: str, variable: str) -> str:

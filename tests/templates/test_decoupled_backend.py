@@ -8,7 +8,6 @@ tbgen's smoke tests), not this file.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import py_compile
 import re
@@ -17,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TEMPLATES, triton_sources_or_skip
-from google.protobuf import text_format
+from conftest import TEMPLATES, read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen.project import load_project
+from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
 TEMPLATE = "decoupled-backend"
@@ -58,18 +57,6 @@ OUTPUTS = {"OUT": ("TYPE_INT32", [1]), "IDX": ("TYPE_UINT32", [1])}
 
 def rendered_files(project: Path) -> set[str]:
     return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
-
-
-def read_config(project: Path, model: str = MODEL) -> model_config_pb2.ModelConfig:
-    return text_format.Parse((project / "model_repository" / model / "config.pbtxt").read_text(),
-                             model_config_pb2.ModelConfig())
-
-
-def load_reference(project: Path):
-    spec = importlib.util.spec_from_file_location(f"reference_{id(project)}", project / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tensor_interface(tensors) -> dict[str, tuple[str, list[int]]]:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import build_native
-from google.protobuf import text_format
+from conftest import build_native, read_config
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen.project import load_project
@@ -59,11 +58,6 @@ def rendered_files(project: Path) -> set[str]:
 def model_file(project: Path) -> Path:
     backend = project / "backends" / "my_backend" / "model.py"
     return backend if backend.is_file() else project / "model_repository" / "add_sub" / "1" / "model.py"
-
-
-def read_config(project: Path) -> model_config_pb2.ModelConfig:
-    text = (project / "model_repository" / "add_sub" / "config.pbtxt").read_text()
-    return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
 def load_module(path: Path, name: str | None = None):

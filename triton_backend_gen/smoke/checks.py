@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import threading
 from functools import partial
 from types import ModuleType
@@ -21,14 +22,7 @@ from triton_backend_gen.smoke.clients import (
     timeout_kwargs,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences
-from triton_backend_gen.smoke.model import (
-    ModelSpec,
-    SmokeError,
-    TensorSpec,
-    check_reference_api,
-    load_model_spec,
-    load_reference,
-)
+from triton_backend_gen.smoke.model import ModelSpec, TensorSpec, load_model_specs
 from triton_backend_gen.smoke.run import SmokeCheck
 
 if TYPE_CHECKING:
@@ -166,23 +160,17 @@ def _model_counts(client: Any, spec: ModelSpec, protocol: str) -> tuple[int, int
     )
 
 
-def _concurrent_burst(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints, count: int) -> None:
-    """``count`` requests sent at once from as many threads, each with its own client; all answers checked."""
-    batch = 1 if spec.max_batch_size > 0 else None
+def _in_threads(count: int, first_seed: int, run: Callable[[int], None], what: str) -> None:
+    """``run(seed)`` in ``count`` threads at once (seeds from ``first_seed``); one AssertionError for them all."""
     failures: list[str] = []
-    barrier = threading.Barrier(count)
 
-    def send(seed: int) -> None:
+    def guarded(seed: int) -> None:
         try:
-            with open_client(protocol, endpoints) as client:
-                inputs = reference.make_inputs(batch, seed=seed)
-                barrier.wait(timeout=REQUEST_TIMEOUT_S)
-                got = infer(protocol, client, spec, inputs)
-                assert_outputs_match(got, reference.compute(inputs), reference.TOLERANCE, f"request {seed}")
+            run(seed)
         except Exception as err:  # noqa: BLE001 - collected and reported by the check
-            failures.append(f"{type(err).__name__}: {error_text(err)}" if not isinstance(err, AssertionError) else str(err))
+            failures.append(str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}")
 
-    threads = [threading.Thread(target=send, args=(100 + i,), daemon=True) for i in range(count)]
+    threads = [threading.Thread(target=guarded, args=(first_seed + i,), daemon=True) for i in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -190,7 +178,22 @@ def _concurrent_burst(spec: ModelSpec, reference: ModuleType, protocol: str, end
     if any(thread.is_alive() for thread in threads):
         failures.append(f"no answer within {REQUEST_TIMEOUT_S * 2:.0f} s")
     if failures:
-        raise AssertionError(f"{len(failures)} of {count} concurrent requests failed: " + "; ".join(failures[:3]))
+        raise AssertionError(f"{len(failures)} of {count} concurrent {what} failed: " + "; ".join(failures[:3]))
+
+
+def _concurrent_burst(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints, count: int) -> None:
+    """``count`` requests sent at once from as many threads, each with its own client; all answers checked."""
+    batch = 1 if spec.max_batch_size > 0 else None
+    barrier = threading.Barrier(count)
+
+    def send(seed: int) -> None:
+        with open_client(protocol, endpoints) as client:
+            inputs = reference.make_inputs(batch, seed=seed)
+            barrier.wait(timeout=REQUEST_TIMEOUT_S)
+            got = infer(protocol, client, spec, inputs)
+            assert_outputs_match(got, reference.compute(inputs), reference.TOLERANCE, f"request {seed}")
+
+    _in_threads(count, 100, send, "requests")
 
 
 def _check_concurrent(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
@@ -260,27 +263,15 @@ def _check_stream_many_requests(spec: ModelSpec, reference: ModuleType, endpoint
 
 def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
     count = 4
-    failures: list[str] = []
 
     def run(seed: int) -> None:
-        try:
-            with Stream(endpoints) as stream:
-                inputs = reference.make_inputs(None, seed=seed)
-                stream.send(spec.name, inputs, request_id=f"c{seed}")
-                results = stream.collect([f"c{seed}"])[f"c{seed}"]
-                _assert_stream_matches(spec, reference, results, inputs, f"stream {seed}")
-        except Exception as err:  # noqa: BLE001 - collected and reported by the check
-            failures.append(str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}")
+        with Stream(endpoints) as stream:
+            inputs = reference.make_inputs(None, seed=seed)
+            stream.send(spec.name, inputs, request_id=f"c{seed}")
+            results = stream.collect([f"c{seed}"])[f"c{seed}"]
+            _assert_stream_matches(spec, reference, results, inputs, f"stream {seed}")
 
-    threads = [threading.Thread(target=run, args=(10 + i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(REQUEST_TIMEOUT_S * 2)
-    if any(thread.is_alive() for thread in threads):
-        failures.append(f"a stream got no final response within {REQUEST_TIMEOUT_S * 2:.0f} s")
-    if failures:
-        raise AssertionError(f"{len(failures)} of {count} concurrent streams failed: " + "; ".join(failures[:3]))
+    _in_threads(count, 10, run, "streams")
     return f"{count} concurrent streams answered correctly"
 
 
@@ -378,15 +369,10 @@ def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, proto
 
 def plan_smoke(project: Project, model: ModelEntry | None = None) -> list[SmokeCheck]:
     """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py."""
-    models = [model] if model is not None else list(project.models)
-    if not models:
-        raise SmokeError(f"{project.root / 'tbgen.toml'} lists no models.", "Add a [[models]] entry.")
-    reference = load_reference(project.root)
+    reference, specs = load_model_specs(project, model)
     plan = []
-    for entry in models:
-        spec, config = load_model_spec(project, entry)
-        check_reference_api(reference, spec.decoupled)
-        prefix = f"{spec.name}: " if len(models) > 1 else ""
+    for spec, config in specs:
+        prefix = f"{spec.name}: " if len(specs) > 1 else ""
         plan += [SmokeCheck(prefix + c.name, c.protocol, c.run) for c in _plan_model(spec, config, reference)]
     return plan
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from triton_backend_gen.smoke.clients import Endpoints, error_text
 from triton_backend_gen.smoke.fuzz_requests import HUGE_MIB, fuzz_tensors, fuzz_valid, run_fuzz_case, send_wire
-from triton_backend_gen.smoke.model import ModelSpec, SmokeError, check_reference_api, load_model_spec, load_reference
+from triton_backend_gen.smoke.model import ModelSpec, load_model_specs
 from triton_backend_gen.smoke.run import SmokeResult
 
 if TYPE_CHECKING:
@@ -135,15 +135,8 @@ class FuzzReport:
 
 def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | None = None) -> list[FuzzCase]:
     """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``."""
-    models = [model] if model is not None else list(project.models)
-    if not models:
-        raise SmokeError(f"{project.root / 'tbgen.toml'} lists no models.", "Add a [[models]] entry.")
-    reference = load_reference(project.root)
-    specs = []
-    for entry in models:
-        spec, _ = load_model_spec(project, entry)
-        check_reference_api(reference, spec.decoupled)
-        specs.append(spec)
+    reference, loaded = load_model_specs(project, model)
+    specs = [spec for spec, _config in loaded]
     rng = random.Random(seed)
     cases = []
     for index in range(count):

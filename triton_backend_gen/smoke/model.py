@@ -86,6 +86,21 @@ def load_model_spec(project: Project, model: ModelEntry) -> tuple[ModelSpec, Mod
     return model_spec(config, model.name), config
 
 
+def load_model_specs(
+    project: Project, model: ModelEntry | None = None
+) -> tuple[ModuleType, list[tuple[ModelSpec, ModelConfig]]]:
+    """The project's reference.py and the spec + config of ``model`` (every model of the project when None),
+    each checked against reference.py's API; what both the smoke plan and the fuzz plan start from."""
+    models = [model] if model is not None else list(project.models)
+    if not models:
+        raise SmokeError(f"{project.root / 'tbgen.toml'} lists no models.", "Add a [[models]] entry.")
+    reference = load_reference(project.root)
+    specs = [load_model_spec(project, entry) for entry in models]
+    for spec, _config in specs:
+        check_reference_api(reference, spec.decoupled)
+    return reference, specs
+
+
 # ---- reference.py ---------------------------------------------------------------------------------------
 
 

@@ -108,9 +108,12 @@ def parse_nvcc_version(text: str) -> str:
     return match.group(1)
 
 
+CUDA_ROOTS = (Path("/usr/local/cuda"),)
+
+
 def find_nvcc() -> Path | None:
-    """The nvcc CMake would use: $CUDACXX, PATH, then /usr/local/cuda/bin/nvcc."""
-    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+    """The nvcc CMake would use: $CUDACXX, PATH, then <root>/bin/nvcc of each of CUDA_ROOTS."""
+    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), *(root / "bin" / "nvcc" for root in CUDA_ROOTS)):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     return None

@@ -34,10 +34,7 @@ _MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
 
 def cmake_executable() -> str:
     """The cmake to run: the one installed next to this Python (tbgen's `build` extra) or else PATH's."""
-    beside_python = Path(sys.executable).parent / "cmake"
-    if beside_python.is_file() and os.access(beside_python, os.X_OK):
-        return str(beside_python)
-    return shutil.which("cmake") or "cmake"
+    return _on_path("cmake") or "cmake"
 
 
 def _on_path(name: str) -> str | None:

@@ -111,3 +111,15 @@ def read_config(project: Path, model: str | None = None):
 
     name = model or load_project(project).models[0].name
     return load_model_config(project / "model_repository" / name / "config.pbtxt")
+
+
+@pytest.fixture
+def server_or_skip():
+    """The tritonserver tbgen finds (the embedded one in CI), or skip saying why there is none."""
+    from triton_backend_gen.errors import ServerError
+    from triton_backend_gen.runtime.discovery import find_tritonserver
+
+    try:
+        return find_tritonserver()
+    except ServerError as err:
+        pytest.skip(f"no tritonserver to check against: {err.message}")

@@ -204,6 +204,10 @@ ServerPath = Annotated[
     Optional[Path], typer.Option("--server", help="A tritonserver executable (default: $TRITONSERVER, PATH, "
                                  "/opt/tritonserver, then the embedded wheel).")
 ]
+SanitizeOption = Annotated[
+    Optional[str], typer.Option("--sanitize", help="Build the C++ backend with sanitizers: address,undefined "
+                                "(the server then runs with their runtimes preloaded).")
+]
 
 
 @app.command()
@@ -288,14 +292,16 @@ def test_(
     junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")] = None,
     fuzz: Annotated[int, typer.Option("--fuzz", help="Also send N randomised malformed requests.")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fuzzer.")] = 0,
+    sanitize: SanitizeOption = None,
 ) -> None:
     """Start a real Triton, load the project's backend and run the smoke suite against it."""
     from rich.table import Table
 
     from triton_backend_gen.testrun import run_project_tests
+    from triton_backend_gen.toolchain.build import parse_sanitizers
 
     with _user_errors():
-        report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed)
+        report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed, sanitize=parse_sanitizers(sanitize))
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     table = Table(title=f"{report.project.name}: smoke tests against {report.server}", title_justify="left")
@@ -442,11 +448,12 @@ def build(
     jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel jobs (default: CPUs).")] = None,
     clean: Annotated[bool, typer.Option("--clean", help="Remove the previous build first.")] = False,
     server: ServerPath = None,
+    sanitize: SanitizeOption = None,
 ) -> None:
     """Configure, build and install the project's backend (or native extension), then check the library."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from triton_backend_gen.toolchain.build import build_project
+    from triton_backend_gen.toolchain.build import build_project, parse_sanitizers
 
     columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}", markup=False))
@@ -457,7 +464,7 @@ def build(
             bar.update(task, completed=done, total=total, description=line[:80])
 
         result = build_project(project, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean, progress=progress,
-                               server=server)
+                               server=server, sanitize=parse_sanitizers(sanitize))
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {escape_markup(note)}", highlight=False)
     if result.artifact is None:

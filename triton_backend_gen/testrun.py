@@ -34,14 +34,18 @@ def run_project_tests(
     server: Path | None = None,
     fuzz: int = 0,
     seed: int = 0,
+    sanitize: tuple[str, ...] = (),
     on_result: Callable[[object], None] = lambda result: None,
 ) -> TestRunReport:
-    """Smoke-test every model of the project at ``path`` in a real server (started and stopped here)."""
+    """Smoke-test every model of the project at ``path`` in a real server (started and stopped here).
+
+    With ``sanitize`` the backend is built with those sanitizers, and any sanitizer report in the server
+    log (read after the server stopped) fails the run."""
     from triton_backend_gen.runtime.server import prepare_server, stop_on_signals
     from triton_backend_gen.smoke import Endpoints, plan_fuzz, plan_smoke, run_fuzz, run_smoke
 
     project = load_project(path)
-    build_if_needed(project, server)
+    build_if_needed(project, server, sanitize)
     plan = [check for model in project.models for check in plan_smoke(project, model)]
     fuzz_cases = plan_fuzz(project, fuzz, seed) if fuzz else []
     triton = prepare_server(project.root, server=server)
@@ -60,10 +64,24 @@ def run_project_tests(
         if fuzz_cases:
             fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
             report.results += fuzz_report.as_results()
+    if triton.layout.sanitizer_runtimes:
+        report.results.append(_sanitizer_result(triton))
     return report
 
 
-def build_if_needed(project: Project, server: Path | None) -> None:
+def _sanitizer_result(triton) -> object:
+    """One result for a sanitizer build's run: passed when the server log holds no sanitizer report."""
+    from triton_backend_gen.runtime.sanitizers import sanitizer_reports
+    from triton_backend_gen.smoke.run import SmokeResult
+
+    reports = sanitizer_reports(triton.log_file.read_text(errors="replace"))
+    runtimes = ", ".join(path.name for path in triton.layout.sanitizer_runtimes)
+    detail = (f"{len(reports)} report(s) in {triton.log_file}; the first:\n{reports[0]}" if reports
+              else f"no reports (server ran with {runtimes} preloaded)")
+    return SmokeResult("sanitizer reports", "-", not reports, detail, 0.0)
+
+
+def build_if_needed(project: Project, server: Path | None, sanitize: tuple[str, ...] = ()) -> None:
     """Bring the project's build up to date before a run (a no-op check, about a second, when it is).
 
     C++ projects are always built (they cannot run otherwise). A python project's native extension is rebuilt
@@ -73,7 +91,7 @@ def build_if_needed(project: Project, server: Path | None) -> None:
     kind = build_kind(project)
     if kind is None or (kind == "native" and not (project.root / "build" / "native" / "CMakeCache.txt").is_file()):
         return
-    result = build_project(project.root, server=server)
+    result = build_project(project.root, server=server, sanitize=sanitize)
     errors = [f.message for f in result.errors]
     if errors:
         raise BuildError("The built library would not load: " + "; ".join(errors),

@@ -194,16 +194,6 @@ def test_second_build_does_no_work_and_one_touched_file_rebuilds_alone(two_file_
 
 
 # --------------------------------------------------------------------------- real Triton builds
-@pytest.fixture
-def server_or_skip():
-    from triton_backend_gen.errors import ServerError
-    from triton_backend_gen.runtime.discovery import find_tritonserver
-
-    try:
-        return find_tritonserver()
-    except ServerError as err:
-        pytest.skip(f"no tritonserver to check against: {err.message}")
-
 
 def compiled_sources(log: Path) -> list[str]:
     return [line for line in log.read_text().splitlines() if "Building" in line and line.startswith("[")]

@@ -27,6 +27,7 @@ from triton_backend_gen.runtime.discovery import (
     ServerInstall,
     python_version_of,
 )
+from triton_backend_gen.runtime.sanitizers import sanitizer_environment, sanitizer_runtimes
 
 PYTHON_BACKEND = "python"
 
@@ -40,12 +41,14 @@ class BackendLayout:
     path_prefix: tuple[Path, ...]  # put first on PATH (the interpreter's bin directory)
     python_version: str | None = None  # the Python the python backend's stub runs, or None without one
     warnings: tuple[str, ...] = ()
+    sanitizer_runtimes: tuple[Path, ...] = ()  # preloaded for a sanitizer build of the project's backend
 
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: os.environ) with this layout's library path and PATH prefix in front."""
         env = dict(os.environ if base is None else base)
         env["LD_LIBRARY_PATH"] = _prepend(self.library_path, env.get("LD_LIBRARY_PATH"))
         env["PATH"] = _prepend(self.path_prefix, env.get("PATH"))
+        env.update(sanitizer_environment(self.sanitizer_runtimes))
         return env
 
 
@@ -112,6 +115,9 @@ def assemble_backend_dir(
                 "Rename the project's backend (backend_name) so that it does not shadow the server's.",
             )
         target.symlink_to(own_backend.resolve())
+    runtimes: tuple[Path, ...] = ()
+    if own_backend is not None and project.language == "cpp":
+        runtimes = sanitizer_runtimes(own_backend / f"libtriton_{project.backend}.so")
 
     if install.libtritonserver is not None:
         (lib / "libtritonserver.so").symlink_to(install.libtritonserver)
@@ -124,6 +130,7 @@ def assemble_backend_dir(
         path_prefix=(Path(python).parent,),
         python_version=python_version,
         warnings=tuple(warnings),
+        sanitizer_runtimes=runtimes,
     )
 
 

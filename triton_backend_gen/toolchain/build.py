@@ -29,6 +29,10 @@ from triton_backend_gen.toolchain.cmake import cmake_build
 from triton_backend_gen.toolchain.sources import cached_sources
 
 BUILD_TYPES = ("Release", "Debug", "RelWithDebInfo")
+SANITIZERS = ("address", "undefined")
+# GCC's sanitizer instrumentation makes -Wmaybe-uninitialized report false positives (also in Triton's own
+# sources, which build with -Werror); the plain build keeps that warning.
+_SANITIZER_CXX_FLAGS = "-fno-omit-frame-pointer -g -Wno-maybe-uninitialized"
 RUNTIME_DIR = "tbgen"  # build/tbgen belongs to the runtime (server logs, backend tree); --clean keeps it
 
 Progress = Callable[[int, int, str], None]
@@ -94,6 +98,25 @@ def resolve_gpu(project: Project, gpu: bool | None) -> bool:
     return gpu
 
 
+def parse_sanitizers(text: str | None) -> tuple[str, ...]:
+    """("address", "undefined") from "address,undefined"; empty for None or ""."""
+    names = tuple(dict.fromkeys(part.strip() for part in (text or "").split(",") if part.strip()))
+    unknown = [name for name in names if name not in SANITIZERS]
+    if unknown:
+        raise UsageError(f"Unknown sanitizer '{unknown[0]}'.", f"Use a comma-separated list of: {', '.join(SANITIZERS)}.")
+    return names
+
+
+def sanitizer_defines(sanitizers: tuple[str, ...]) -> dict[str, str]:
+    """CMake defines that instrument every C and C++ file and link the sanitizer runtimes."""
+    if not sanitizers:
+        return {}
+    flag = "-fsanitize=" + ",".join(sanitizers)
+    compile_flags = f"{flag} {_SANITIZER_CXX_FLAGS}"
+    return {"CMAKE_C_FLAGS": compile_flags, "CMAKE_CXX_FLAGS": compile_flags,
+            "CMAKE_SHARED_LINKER_FLAGS": flag, "CMAKE_MODULE_LINKER_FLAGS": flag}
+
+
 def validate_build_type(build_type: str) -> str:
     if build_type not in BUILD_TYPES:
         raise UsageError(f"Unknown build type '{build_type}'.", f"Use one of: {', '.join(BUILD_TYPES)}.")
@@ -137,13 +160,20 @@ def build_project(
     progress: Progress | None = None,
     server: Path | None = None,
     check: bool = True,
+    sanitize: tuple[str, ...] = (),
 ) -> BuildResult:
-    """Build the project at ``path`` (see the module docstring); ``check`` runs tbgen check on a C++ library."""
+    """Build the project at ``path`` (see the module docstring); ``check`` runs tbgen check on a C++ library.
+
+    ``sanitize`` (C++ only) builds in <project>/build/sanitize with those sanitizers and installs that library;
+    the runtime preloads the sanitizer runtimes whenever it serves such a library."""
     validate_build_type(build_type)
     project = load_project(path)
     kind = build_kind(project)
     gpu = resolve_gpu(project, gpu)
     started = time.monotonic()
+    if sanitize and kind != "cpp":
+        raise UsageError(f"--sanitize builds C++ backends; {project.name} is a python project.",
+                         "Drop --sanitize, or use it on a cpp-backend or decoupled-backend (C++) project.")
     if kind is None:
         note = f"{project.name} is a python project without a native extension: nothing to build."
         return BuildResult(project, None, 0.0, False, notes=(note,))
@@ -153,20 +183,23 @@ def build_project(
     build_dir = project.root / "build"
     if clean:
         _clean_build_dir(build_dir)
+    install_dir = build_dir / "install"
+    if sanitize:
+        build_dir = build_dir / "sanitize"
     notes = []
     release = versions.resolve(project.triton_version)
     sources = cached_sources(release.branch)
     if sources is None:
         notes.append(f"Triton {release.branch} sources are not cached: CMake fetches them (needs the network).")
-    defines = {}
+    defines = sanitizer_defines(sanitize)
     if gpu:
         nvcc = find_nvcc()
         if nvcc is None:
             raise BuildError("--gpu needs CUDA's nvcc, and none was found ($CUDACXX, PATH, /usr/local/cuda).",
                              "Install the CUDA toolkit, or build without --gpu.")
-        defines = cuda_defines(nvcc, parse_nvcc_version(_output_of([str(nvcc), "--version"])))
+        defines |= cuda_defines(nvcc, parse_nvcc_version(_output_of([str(nvcc), "--version"])))
     run = cmake_build(project.root, build_dir, triton_sources=sources, gpu=gpu, build_type=build_type,
-                      install_dir=build_dir / "install", jobs=jobs, extra_defines=defines, progress=progress)
+                      install_dir=install_dir, jobs=jobs, extra_defines=defines, progress=progress)
     library = library_path(project)
     if not library.is_file():
         raise BuildError(f"The build succeeded but did not install {library}.", f"See the log: {run.log_file}")

@@ -17,9 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-{%- if cookiecutter.dtype == 'FP16' %}
 #include <cstring>
-{%- endif %}
 #include <memory>
 #include <string>
 #include <utility>
@@ -157,6 +155,21 @@ std::string
 ModelPrefix(const std::string& model_name)
 {
   return "model '" + model_name + "': ";
+}
+
+// An input used in place may start at any byte (an HTTP request body packs
+// tensors back to back), and reading it through an Element pointer needs
+// Element's alignment: a misaligned input is copied into 'scratch' first.
+const Element*
+AlignedInput(
+    const char* buffer, const size_t count, std::vector<Element>* scratch)
+{
+  if (reinterpret_cast<std::uintptr_t>(buffer) % alignof(Element) == 0) {
+    return reinterpret_cast<const Element*>(buffer);
+  }
+  scratch->resize(count);
+  std::memcpy(scratch->data(), buffer, count * sizeof(Element));
+  return scratch->data();
 }
 
 //
@@ -312,8 +325,10 @@ class ModelInstanceState : public BackendModelInstance {
       const uint64_t executed_batch_size, const Timestamps& times);
 
   ModelState* model_state_;
-  // Host buffer for both outputs of CPU executions; reused across executions.
+  // Host buffers of CPU executions, reused across executions: both outputs,
+  // and aligned copies of inputs that arrive misaligned (see AlignedInput).
   std::vector<Element> host_outputs_;
+  std::vector<Element> host_inputs_[2];
 };
 
 TRITONSERVER_Error*
@@ -543,8 +558,6 @@ ModelInstanceState::Execute(
 {%- endif %}
 
   const size_t element_count = input_byte_sizes[0] / sizeof(Element);
-  const auto* input0 = reinterpret_cast<const Element*>(inputs[0]);
-  const auto* input1 = reinterpret_cast<const Element*>(inputs[1]);
   Element* output0 = nullptr;
   Element* output1 = nullptr;
   TRITONSERVER_MemoryType output_memory_type = TRITONSERVER_MEMORY_CPU;
@@ -572,8 +585,12 @@ ModelInstanceState::Execute(
     output_memory_type_id = DeviceId();
 
     times->compute_start_ns = NowNs();
+    // Device inputs are aligned: the collector allocated them, or they are a
+    // client's CUDA shared memory used in place (aligned by that client).
     cudaError_t cuda_err = LaunchAddSub(
-        input0, input1, output0, output1, element_count, CudaStream());
+        reinterpret_cast<const Element*>(inputs[0]),
+        reinterpret_cast<const Element*>(inputs[1]), output0, output1,
+        element_count, CudaStream());
     if (cuda_err == cudaSuccess) {
       cuda_err = cudaStreamSynchronize(CudaStream());
     }
@@ -594,6 +611,10 @@ ModelInstanceState::Execute(
     host_outputs_.resize(2 * element_count);
     output0 = host_outputs_.data();
     output1 = output0 + element_count;
+    const Element* input0 =
+        AlignedInput(inputs[0], element_count, &host_inputs_[0]);
+    const Element* input1 =
+        AlignedInput(inputs[1], element_count, &host_inputs_[1]);
     times->compute_start_ns = NowNs();
     AddSub(input0, input1, output0, output1, element_count);
     times->compute_end_ns = NowNs();
@@ -602,6 +623,10 @@ ModelInstanceState::Execute(
   host_outputs_.resize(2 * element_count);
   output0 = host_outputs_.data();
   output1 = output0 + element_count;
+  const Element* input0 =
+      AlignedInput(inputs[0], element_count, &host_inputs_[0]);
+  const Element* input1 =
+      AlignedInput(inputs[1], element_count, &host_inputs_[1]);
 
   times->compute_start_ns = NowNs();
   AddSub(input0, input1, output0, output1, element_count);

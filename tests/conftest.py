@@ -35,6 +35,18 @@ def triton_sources_or_skip(branch: str) -> Path:
     return sources_dir() / branch
 
 
+def cmake_fits_or_skip(release) -> None:
+    """Skip unless tbgen's cmake is new enough for ``release`` (a versions.Release) to configure."""
+    from triton_backend_gen.toolchain.cmake import cmake_executable
+
+    output = subprocess.run([cmake_executable(), "--version"], capture_output=True, text=True, check=True).stdout
+    have = tuple(int(part) for part in output.split()[2].split(".")[:3])
+    needed = tuple(int(part) for part in release.min_cmake.split("."))
+    if have < needed:
+        pytest.skip(f"backend {release.branch} needs CMake >= {release.min_cmake}, {cmake_executable()} is "
+                    f"{'.'.join(map(str, have))} (pip install 'cmake>={release.min_cmake}')")
+
+
 @pytest.fixture
 def render_template(tmp_path):
     """Render ``templates/<name>`` with the given answers into tmp_path; returns the project directory.
@@ -51,18 +63,16 @@ def render_template(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def compiler_cache(tmp_path_factory):
+def compiler_cache():
     """ccache for every C++ build of the session, kept between runs beside the source cache, so Triton's own
-    libraries are compiled once rather than for every rendered variant."""
+    libraries are compiled once rather than for every rendered variant (tbgen sets CCACHE_BASEDIR to the
+    project, so projects of the same name in different directories share entries)."""
     if shutil.which("ccache") is None:
         yield None
         return
     with pytest.MonkeyPatch.context() as patch:
         if "CCACHE_DIR" not in os.environ:
             patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
-        # Paths under pytest's temporary root are hashed relative to the build directory, so the same
-        # Triton sources compiled in different projects and sessions hit the cache.
-        patch.setenv("CCACHE_BASEDIR", str(tmp_path_factory.getbasetemp().parent))
         yield os.environ["CCACHE_DIR"]
 
 
@@ -123,3 +133,26 @@ def server_or_skip():
         return find_tritonserver()
     except ServerError as err:
         pytest.skip(f"no tritonserver to check against: {err.message}")
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A client of a Docker engine that answers, or skip saying why (.ci/run installs and starts one)."""
+    from triton_backend_gen.errors import ServerError
+    from triton_backend_gen.runtime.container import connect
+
+    try:
+        return connect()
+    except ServerError as err:
+        pytest.skip(f"no Docker engine: {err.message} ({err.hint})")
+
+
+@pytest.fixture(scope="session")
+def standin_image(docker_client) -> str:
+    """The local stand-in for the NGC tritonserver image (built once, then reused while its recipe holds)."""
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "containers"))
+    try:
+        from standin import ensure_standin_image
+    finally:
+        sys.path.pop(0)
+    return ensure_standin_image(docker_client)

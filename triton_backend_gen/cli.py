@@ -143,19 +143,32 @@ def templates_check(
     template: Annotated[
         Optional[list[str]], typer.Option("--template", "-t", help="Only these templates (repeatable).")
     ] = None,
-    smoke: Annotated[bool, typer.Option("--smoke", help="Also run the smoke suite on each variant in a real server.")] = False,
+    build: Annotated[bool, typer.Option("--build", help="Also build each variant that has something to build "
+                                        "(C++ from the Triton source cache, native Python extensions).")] = False,
+    smoke: Annotated[bool, typer.Option("--smoke", help="Also build and run the smoke suite on each variant in a "
+                                        "real server.")] = False,
+    triton_version: Annotated[
+        Optional[list[str]], typer.Option("--triton-version", help="Render the matrix for these releases "
+                                          "(repeatable; default: the server's with --smoke, else the newest).")
+    ] = None,
 ) -> None:
     """Render every template over its option matrix and check the results."""
     from rich.markup import escape
 
+    from triton_backend_gen import versions as matrix
     from triton_backend_gen.template_check import check_templates
 
     with _user_errors():
-        report = check_templates(template or None, smoke=smoke, progress=lambda line: console.print(line, markup=False))
+        releases = [matrix.resolve(v).container for v in triton_version or []]
+        report = check_templates(template or None, build=build, smoke=smoke, releases=releases,
+                                 progress=lambda line: console.print(line, markup=False, highlight=False))
+    for skipped in report.skipped:
+        console.print(f"[yellow]SKIP[/yellow] {escape(skipped)}", highlight=False)
     for failure in report.failures:
         console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False)
     colour = "red" if report.failures else "green"
-    console.print(f"[{colour}]{report.variants} variants, {report.files} files, {len(report.failures)} failures[/]")
+    console.print(f"[{colour}]{report.variants} variants, {report.files} files, {len(report.failures)} failures"
+                  f"{f', {len(report.skipped)} not built' if report.skipped else ''}[/]")
     raise typer.Exit(1 if report.failures else 0)
 
 
@@ -183,13 +196,14 @@ def validate(
 ) -> None:
     """Validate every config.pbtxt under PATH with Triton's ModelConfig schema and semantic checks."""
     from triton_backend_gen.model_config import validate_tree
+    from triton_backend_gen.runtime.discovery import gpus_visible
 
     with _user_errors():
         if not path.exists():
             from triton_backend_gen.errors import UsageError
 
             raise UsageError(f"{path} does not exist.", "Pass a project, a model repository or a config.pbtxt.")
-        findings = validate_tree(path)
+        findings = validate_tree(path, gpus_visible=gpus_visible())
     for finding in findings:
         colour = "red" if finding.severity == "error" else "yellow"
         console.print(f"[{colour}]{finding}[/]", highlight=False)
@@ -203,6 +217,16 @@ def validate(
 ServerPath = Annotated[
     Optional[Path], typer.Option("--server", help="A tritonserver executable (default: $TRITONSERVER, PATH, "
                                  "/opt/tritonserver, then the embedded wheel).")
+]
+DockerOption = Annotated[
+    bool, typer.Option("--docker", help="Run in a container of the release's tritonserver image (docker SDK).")
+]
+ImageOption = Annotated[
+    Optional[str], typer.Option("--image", help="The image for --docker (default: "
+                                "nvcr.io/nvidia/tritonserver:<release>-py3).")
+]
+GpuRequestOption = Annotated[
+    bool, typer.Option("--gpu", help="With --docker: give the container the GPUs (needs the NVIDIA runtime).")
 ]
 SanitizeOption = Annotated[
     Optional[str], typer.Option("--sanitize", help="Build the C++ backend with sanitizers: address,undefined "
@@ -219,20 +243,34 @@ def serve(
     metrics_port: Annotated[int, typer.Option(help="Metrics port (0: a free one).")] = 0,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream the server log.")] = False,
+    docker: DockerOption = False,
+    image: ImageOption = None,
+    gpu: GpuRequestOption = False,
 ) -> None:
     """Start Triton on the project's model repository until Ctrl-C."""
     from triton_backend_gen.runtime.server import start_server, stop_on_signals
 
     with _user_errors(), stop_on_signals():
+        _check_docker_options(docker, image, gpu)
         triton = start_server(
             project, server=server, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-            host=host, verbose=verbose,
+            host=host, verbose=verbose, docker=docker, image=image, gpu=gpu,
         )
         with triton:
             _print_server(triton)
             console.print("Serving; press Ctrl-C to stop.")
             _wait_while_running(triton, follow_log=verbose)
     console.print("Server stopped.")
+
+
+def _check_docker_options(docker: bool, image: str | None, gpu: bool) -> None:
+    from triton_backend_gen.errors import UsageError
+
+    if image and not docker:
+        raise UsageError("--image names the image for --docker.", "Add --docker, or drop --image.")
+    if gpu and not docker:
+        raise UsageError("--gpu asks a container for the GPUs; a local server sees this machine's GPUs already.",
+                         "Add --docker, or drop --gpu.")
 
 
 def _wait_while_running(triton, follow_log: bool) -> None:
@@ -261,7 +299,7 @@ def _print_server(triton) -> None:
 
     for warning in triton.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    console.print(triton.install.describe(), highlight=False)
+    console.print(triton.describe(), highlight=False)
     endpoints = Table(title="Endpoints", title_justify="left")
     for column in ("protocol", "address"):
         endpoints.add_column(column)
@@ -293,6 +331,11 @@ def test_(
     fuzz: Annotated[int, typer.Option("--fuzz", help="Also send N randomised malformed requests.")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fuzzer.")] = 0,
     sanitize: SanitizeOption = None,
+    docker: DockerOption = False,
+    image: ImageOption = None,
+    gpu: GpuRequestOption = False,
+    packaged: Annotated[bool, typer.Option("--packaged", help="With --docker --image: test the image as it is "
+                                           "(an image made by tbgen package; nothing built or mounted).")] = False,
 ) -> None:
     """Start a real Triton, load the project's backend and run the smoke suite against it."""
     from rich.table import Table
@@ -301,7 +344,13 @@ def test_(
     from triton_backend_gen.toolchain.build import parse_sanitizers
 
     with _user_errors():
-        report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed, sanitize=parse_sanitizers(sanitize))
+        _check_docker_options(docker, image, gpu)
+        if packaged and not (docker and image):
+            from triton_backend_gen.errors import UsageError
+
+            raise UsageError("--packaged tests an image made by tbgen package.", "Add --docker --image TAG.")
+        report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed, sanitize=parse_sanitizers(sanitize),
+                                   docker=docker, image=image, gpu=gpu, packaged=packaged)
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     table = Table(title=f"{report.project.name}: smoke tests against {report.server}", title_justify="left")
@@ -449,6 +498,8 @@ def build(
     clean: Annotated[bool, typer.Option("--clean", help="Remove the previous build first.")] = False,
     server: ServerPath = None,
     sanitize: SanitizeOption = None,
+    docker: DockerOption = False,
+    image: ImageOption = None,
 ) -> None:
     """Configure, build and install the project's backend (or native extension), then check the library."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -458,13 +509,14 @@ def build(
     columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}", markup=False))
     with _user_errors(), Progress(*columns, console=console, transient=True) as bar:
+        _check_docker_options(docker, image, gpu=False)
         task = bar.add_task("configuring", total=None)
 
         def progress(done: int, total: int, line: str) -> None:
             bar.update(task, completed=done, total=total, description=line[:80])
 
         result = build_project(project, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean, progress=progress,
-                               server=server, sanitize=parse_sanitizers(sanitize))
+                               server=server, sanitize=parse_sanitizers(sanitize), docker=docker, image=image)
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {escape_markup(note)}", highlight=False)
     if result.artifact is None:
@@ -498,6 +550,104 @@ def check(
         console.print(f"[red]{len(report.errors)} error(s)[/red]")
         raise typer.Exit(1)
     console.print("[green]OK[/green]")
+
+
+@app.command()
+def bench(
+    project: Annotated[Path, typer.Argument(help="The project whose model to load.")] = Path("."),
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (default: the project's first).")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", help="grpc or http.")] = "grpc",
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Concurrency levels, comma-separated.")] = "1,8,32",
+    duration: Annotated[str, typer.Option("--duration", help="Measurement time per level: 10s, 500ms, 2m.")] = "10s",
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Batch size of each request.")] = 1,
+    tool: Annotated[str, typer.Option("--tool", help="auto (perf_analyzer when found), perf_analyzer or builtin "
+                                      "(tbgen's asyncio gRPC generator).")] = "auto",
+    url: Annotated[Optional[str], typer.Option("--url", help="A running server (HTTP host:port; gRPC on the next "
+                                               "port, or give HTTP,GRPC) instead of starting one.")] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON.")] = None,
+    compare_with: Annotated[Optional[Path], typer.Option("--compare", help="A report of an earlier run (--json): "
+                                                         "print this run's ratios to it.")] = None,
+    server: ServerPath = None,
+) -> None:
+    """Load a model at several concurrency levels: throughput, latency percentiles, server queue/compute, CPU."""
+    from rich.table import Table
+
+    from triton_backend_gen.bench import BenchReport, compare, parse_concurrency, parse_duration, run_bench
+
+    with _user_errors():
+        levels, seconds = parse_concurrency(concurrency), parse_duration(duration)
+        other = BenchReport.read(compare_with) if compare_with else None
+        report = run_bench(project, model=model, protocol=protocol, concurrency=levels, seconds=seconds,
+                           batch_size=batch_size, tool=tool, url=url, server=server,
+                           progress=lambda line: console.print(line, markup=False, highlight=False))
+    table = Table(title=f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against "
+                  f"{report.server}", title_justify="left")
+    decoupled = any(level.responses_per_s for level in report.levels)
+    columns = ["conc", "infer/s", *(["resp/s"] if decoupled else []), "p50", "p90", "p99", "queue", "compute",
+               "client CPU", "server CPU", "errors"]
+    for column in columns:
+        table.add_column(column, justify="right")
+    for level in report.levels:
+        table.add_row(str(level.concurrency), f"{level.throughput:,.1f}",
+                      *([f"{level.responses_per_s:,.1f}"] if decoupled else []),
+                      f"{level.p50_us:,.0f}", f"{level.p90_us:,.0f}", f"{level.p99_us:,.0f}",
+                      f"{level.server_queue_us:,.1f}", f"{level.server_compute_us:,.1f}",
+                      f"{level.client_cpu:.0%}", f"{level.server_cpu:.0%}", str(level.errors))
+    console.print(table)
+    console.print("[dim]Latencies (p50-p99) and the server's queue and compute times per request in microseconds; "
+                  "CPU: share of one core over the level (client and server share this machine's cores).[/dim]")
+    if json_file:
+        report.write(json_file)
+        console.print(f"JSON: {json_file}", highlight=False)
+    if other is not None:
+        ratios = Table(title=f"This run / {compare_with}", title_justify="left")
+        for column in ("concurrency", "throughput", "p50 latency", "p99 latency"):
+            ratios.add_column(column, justify="right")
+        for ratio in compare(report, other):
+            ratios.add_row(str(ratio.concurrency), f"{ratio.throughput:.2f}x", f"{ratio.p50:.2f}x", f"{ratio.p99:.2f}x")
+        console.print(ratios)
+
+
+@app.command()
+def package(
+    project: Annotated[Path, typer.Argument(help="The project to package.")] = Path("."),
+    image_tag: Annotated[Optional[str], typer.Option("--image-tag", help="Tag of the image (default: "
+                                                    "<project>:latest).")] = None,
+    base_image: Annotated[Optional[str], typer.Option("--base-image", help="BASE_IMAGE of the Dockerfile (default: "
+                                                      "the release's tritonserver image).")] = None,
+    test: Annotated[bool, typer.Option("--test", help="Then run the smoke suite against a container of the "
+                                       "image.")] = False,
+) -> None:
+    """Build the project's Dockerfile into a deployable image: the server, the backend and /models."""
+    from triton_backend_gen.package import package_project
+
+    with _user_errors():
+        result = package_project(project, tag=image_tag, base_image=base_image,
+                                 progress=lambda line: console.print(line[:100], markup=False, highlight=False))
+    source = "Triton's sources from tbgen's cache" if result.offline else "the Dockerfile as it is"
+    console.print(f"[green]Built[/green] {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}",
+                  highlight=False)
+    if test:
+        test_(project, server=None, junit_xml=None, fuzz=0, seed=0, sanitize=None, docker=True, image=result.tag,
+              gpu=False, packaged=True)
+
+
+@app.command()
+def clean(
+    containers: Annotated[bool, typer.Option("--containers", help="Stop and remove every container with tbgen's "
+                                             "label (left behind by a killed tbgen).")] = False,
+) -> None:
+    """Remove what tbgen left behind."""
+    from triton_backend_gen.errors import UsageError
+
+    with _user_errors():
+        if not containers:
+            raise UsageError("Say what to clean.", "tbgen clean --containers")
+        from triton_backend_gen.runtime.container import connect, remove_containers, tbgen_containers
+
+        removed = remove_containers(tbgen_containers(connect()))
+    console.print(f"Removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}.",
+                  highlight=False)
 
 
 class _user_errors:

@@ -70,7 +70,7 @@ def diagnose(server: Path | None = None, release: versions.Release | str | None 
         check_nvcc(),
         check_source_cache(target),
         *check_servers(server, target if chosen else None),
-        check_docker(),
+        *check_docker(target),
     ]
 
 
@@ -213,33 +213,33 @@ def check_servers(server: Path | None, release: versions.Release | None) -> list
     return rows
 
 
-def check_docker() -> Diagnosis:
-    """The docker engine, through the docker SDK when it is installed, else the docker CLI."""
-    install = "sudo apt-get install docker.io"
-    start = "sudo systemctl start docker  (or: sudo dockerd &)"
+def check_docker(target: versions.Release) -> list[Diagnosis]:
+    """The Docker engine (through the docker SDK), the release's image, and containers tbgen left behind."""
+    import docker
+
+    from triton_backend_gen.runtime.container import default_image, tbgen_containers
+
     try:
-        import docker  # the SDK is optional
-    except ImportError:
-        docker = None
-    if docker is not None:
-        try:
-            client = docker.from_env(timeout=10)
-            version = client.version().get("Version", "unknown version")
-            return Diagnosis("docker", OK, f"engine {version} (docker SDK)")
-        except (docker.errors.DockerException, OSError) as err:  # requests' errors are OSErrors
-            return Diagnosis("docker", WARN, f"engine not reachable: {err}", start)
-    cli = _which("docker")
-    if cli is None:
-        return Diagnosis("docker", WARN, "no docker CLI or SDK (only needed to run NGC containers)", install)
+        client = docker.from_env(timeout=10)
+        version = client.version().get("Version", "unknown version")
+    except (docker.errors.DockerException, OSError) as err:  # requests' errors are OSErrors
+        fix = "sudo systemctl start docker  (or: sudo dockerd &)" if _which("dockerd") else "sudo apt-get install docker.io"
+        return [Diagnosis("docker", WARN, f"engine not reachable (only --docker needs it): {err}", fix)]
+    rows = [Diagnosis("docker", OK, f"engine {version}")]
+    image = default_image(target.container)
     try:
-        result = subprocess.run([cli, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                                errors="replace", timeout=_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return Diagnosis("docker", WARN, f"{cli} info failed: {err}", start)
-    if result.returncode != 0 or not result.stdout.strip():
-        reason = next((line for line in result.stderr.splitlines() if line.strip()), f"exit {result.returncode}")
-        return Diagnosis("docker", WARN, f"engine not reachable: {reason.strip()}", start)
-    return Diagnosis("docker", OK, f"engine {result.stdout.strip()} via {cli}")
+        client.images.get(image)
+        rows.append(Diagnosis("docker image", OK, image))
+    except docker.errors.ImageNotFound:
+        rows.append(Diagnosis("docker image", WARN, f"{image} is not on the engine (--docker needs it)",
+                              f"docker pull {image}"))
+    leftovers = tbgen_containers(client)
+    if leftovers:
+        names = ", ".join(f"{c.name} ({c.status}, {c.labels.get('tbgen.role', '?')})" for c in leftovers)
+        rows.append(Diagnosis("tbgen containers", WARN, f"left behind: {names}", "tbgen clean --containers"))
+    else:
+        rows.append(Diagnosis("tbgen containers", OK, "none left behind"))
+    return rows
 
 
 # --- helpers ------------------------------------------------------------------------------------------------

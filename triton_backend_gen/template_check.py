@@ -3,9 +3,13 @@
 The matrix is the product of each template's choice and boolean options (dtype x gpu x language x native x
 batching ...), plus one edge variant without batching and with variable dims. Each rendered variant must:
 load as a tbgen project, pass ``tbgen validate``, byte-compile every Python file, and contain no unrendered
-Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere). With ``smoke``, each variant is then
-built when it is C++ (against the Triton source cache) and smoke-tested in a real server, rendered for the
-server's own release.
+Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere).
+
+With ``build``, every variant that has something to build (C++ backends, native Python extensions) is built
+with ``tbgen build`` (warnings are errors, then ``tbgen check`` against the server) from the Triton source
+cache; with ``smoke`` it is also smoke-tested in a real server. ``releases`` renders the matrix once per
+release (default: the server's own release with ``smoke``, else each template's default). On a machine
+without a GPU, GPU variants are smoke-tested on KIND_CPU instances, which a GPU build serves too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 from triton_backend_gen.scaffold.templates import Template
 
 NATIVE_SUFFIXES = {".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".in", ".ldscript", ".map"}
+DEFAULT_NAME = "my-backend"
 _JINJA = re.compile(r"\{\{|\{%|%\}|\{#|#\}")
 
 
@@ -49,28 +54,42 @@ def describe(answers: dict[str, Any]) -> str:
 
 
 def check_templates(
-    names: list[str] | None = None, *, smoke: bool = False, progress: Callable[[str], None] = lambda line: None
+    names: list[str] | None = None,
+    *,
+    build: bool = False,
+    smoke: bool = False,
+    releases: list[str] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> CheckReport:
+    from triton_backend_gen.runtime.discovery import gpus_visible
     from triton_backend_gen.scaffold import get_template, list_templates, render_new_project
 
     templates = [get_template(n) for n in names] if names else list(list_templates())
-    release = _server_release() if smoke else None
+    targets: list[str | None] = list(releases or []) or [_server_release() if smoke else None]
+    cpu_only = smoke and not gpus_visible()
     report = CheckReport()
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
-        for template in templates:
+        for template, release in itertools.product(templates, targets):
             for index, answers in enumerate(option_matrix(template)):
-                label = f"{template.name} [{describe(answers)}]"
-                progress(f"checking {label}")
                 if release and template.option("triton_version"):
                     answers = {**answers, "triton_version": release}
-                project = render_new_project(template.name, Path(scratch) / f"{template.name}-{index}", answers)
+                if cpu_only and answers.get("gpu") and template.option("instance_kind"):
+                    answers = {**answers, "instance_kind": "KIND_CPU"}
+                label = f"{template.name} [{describe(answers)}]"
+                progress(f"checking {label}")
+                # Every variant keeps the template's default project name: what differs between two variants is
+                # then only what their options change, and their builds share compiler-cache entries.
+                project = Path(scratch) / template.name / f"{release or 'default'}-{index}" / DEFAULT_NAME
+                render_new_project(template.name, project, answers)
                 report.variants += 1
                 report.files += sum(1 for p in project.rglob("*") if p.is_file())
                 problems = check_rendered_project(project, template)
-                if smoke and not problems:
-                    problems, skip = smoke_rendered_project(project)
+                if (build or smoke) and not problems:
+                    problems, skip = build_rendered_project(project)
                     if skip:
                         report.skipped.append(f"{label}: {skip}")
+                    elif smoke and not problems:
+                        problems = smoke_rendered_project(project)
                 report.failures += [f"{label}: {problem}" for problem in problems]
     return report
 
@@ -82,29 +101,37 @@ def _server_release() -> str | None:
     return release.container if release else None
 
 
-def smoke_rendered_project(project: Path) -> tuple[list[str], str]:
-    """(problems, reason it was skipped): build a C++ project if its sources are cached, then smoke-test it."""
+def build_rendered_project(project: Path) -> tuple[list[str], str]:
+    """(problems, why it was skipped): ``tbgen build`` the project, C++ from cached Triton sources only."""
+    from triton_backend_gen import versions
     from triton_backend_gen.errors import TbgenError
     from triton_backend_gen.project import load_project
-    from triton_backend_gen.testrun import run_project_tests
+    from triton_backend_gen.toolchain.build import build_kind, build_project
+    from triton_backend_gen.toolchain.sources import cached_sources
 
     meta = load_project(project)
-    if meta.language == "cpp":
-        from triton_backend_gen.toolchain.cmake import run_cmake_build
-        from triton_backend_gen.toolchain.sources import cached_sources
+    kind = build_kind(meta)
+    if kind == "cpp":
+        branch = versions.resolve(meta.triton_version).branch
+        if cached_sources(branch) is None:
+            return [], f"Triton sources for {branch} are not cached (tbgen deps fetch), so it was not built"
+    try:
+        result = build_project(project) if kind else None
+    except TbgenError as err:
+        return [f"build failed: {err.message} {err.hint}".strip()], ""
+    return [f"tbgen check: {finding.message}" for finding in (result.errors if result else [])], ""
 
-        sources = cached_sources(f"r{meta.triton_version}")
-        if sources is None:
-            return [], f"Triton sources for r{meta.triton_version} are not cached, so it was not built"
-        try:
-            run_cmake_build(project, project / "build", triton_sources=sources, gpu=meta.gpu)
-        except TbgenError as err:
-            return [f"build failed: {err.message}"], ""
+
+def smoke_rendered_project(project: Path) -> list[str]:
+    """Problems the smoke suite found in a real server (the project is built already)."""
+    from triton_backend_gen.errors import TbgenError
+    from triton_backend_gen.testrun import run_project_tests
+
     try:
         report = run_project_tests(project)
     except TbgenError as err:
-        return [f"{err.message} {err.hint}".strip()], ""
-    return [f"smoke {r.name} ({r.protocol}): {r.detail}" for r in report.results if not r.passed], ""
+        return [f"{err.message} {err.hint}".strip()]
+    return [f"smoke {r.name} ({r.protocol}): {r.detail}" for r in report.results if not r.passed]
 
 
 def check_rendered_project(project: Path, template: Template) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_backend_gen.errors import BuildError, ServerError
+from triton_backend_gen.errors import BuildError, ServerError, UsageError
 from triton_backend_gen.project import Project, load_project
 
 
@@ -35,28 +35,43 @@ def run_project_tests(
     fuzz: int = 0,
     seed: int = 0,
     sanitize: tuple[str, ...] = (),
+    docker: bool = False,
+    image: str | None = None,
+    gpu: bool = False,
+    packaged: bool = False,
     on_result: Callable[[object], None] = lambda result: None,
 ) -> TestRunReport:
     """Smoke-test every model of the project at ``path`` in a real server (started and stopped here).
 
     With ``sanitize`` the backend is built with those sanitizers, and any sanitizer report in the server
-    log (read after the server stopped) fails the run."""
+    log (read after the server stopped) fails the run. With ``docker`` the backend is built and served in a
+    container of ``image`` (default: the NGC image of the project's release), with all GPUs when ``gpu``;
+    ``packaged`` tests the image of `tbgen package` as it is (nothing built, nothing mounted)."""
     from triton_backend_gen.runtime.server import prepare_server, stop_on_signals
     from triton_backend_gen.smoke import Endpoints, plan_fuzz, plan_smoke, run_fuzz, run_smoke
 
     project = load_project(path)
-    build_if_needed(project, server, sanitize)
+    if docker and sanitize:
+        raise UsageError("--sanitize runs with a local server; it cannot be combined with --docker.",
+                         "Drop one of --sanitize and --docker.")
+    if gpu and not docker:
+        raise UsageError("--gpu asks a container for the GPUs; a local server sees this machine's GPUs already.",
+                         "Add --docker, or drop --gpu.")
+    if not packaged:
+        build_if_needed(project, server, sanitize, docker=docker, image=image)
     plan = [check for model in project.models for check in plan_smoke(project, model)]
     fuzz_cases = plan_fuzz(project, fuzz, seed) if fuzz else []
-    triton = prepare_server(project.root, server=server)
-    report = TestRunReport(project, triton.install.describe(), triton.log_file, list(triton.warnings))
+    triton = prepare_server(project.root, server=server, docker=docker or packaged, image=image, gpu=gpu,
+                            mount=not packaged)
+    report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings))
     with stop_on_signals(), triton:
         not_ready = [m for m in triton.model_states() if m.state != "READY"]
         if not_ready:
             names = ", ".join(f"{m.name} ({m.state or 'not loaded'}: {m.reason})" for m in not_ready)
             raise ServerError(
                 f"Models failed to load: {names}",
-                "Server log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
+                _config_warnings(project, {m.name for m in not_ready})
+                + "Server log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
             )
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
         healthy = lambda: triton.running  # noqa: E731
@@ -67,6 +82,16 @@ def run_project_tests(
     if triton.layout.sanitizer_runtimes:
         report.results.append(_sanitizer_result(triton))
     return report
+
+
+def _config_warnings(project: Project, models: set[str]) -> str:
+    """tbgen validate's warnings for the configs of ``models`` (they often say why a model did not load)."""
+    from triton_backend_gen.model_config import validate_tree
+    from triton_backend_gen.runtime.discovery import gpus_visible
+
+    findings = validate_tree(project.model_repository, gpus_visible=gpus_visible())
+    lines = [str(f) for f in findings if f.path.parent.name in models]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _sanitizer_result(triton) -> object:
@@ -81,7 +106,8 @@ def _sanitizer_result(triton) -> object:
     return SmokeResult("sanitizer reports", "-", not reports, detail, 0.0)
 
 
-def build_if_needed(project: Project, server: Path | None, sanitize: tuple[str, ...] = ()) -> None:
+def build_if_needed(project: Project, server: Path | None, sanitize: tuple[str, ...] = (), *, docker: bool = False,
+                    image: str | None = None) -> None:
     """Bring the project's build up to date before a run (a no-op check, about a second, when it is).
 
     C++ projects are always built (they cannot run otherwise). A python project's native extension is rebuilt
@@ -91,7 +117,9 @@ def build_if_needed(project: Project, server: Path | None, sanitize: tuple[str, 
     kind = build_kind(project)
     if kind is None or (kind == "native" and not (project.root / "build" / "native" / "CMakeCache.txt").is_file()):
         return
-    result = build_project(project.root, server=server, sanitize=sanitize)
+    if kind == "native" and docker:
+        return  # built for this machine's Python; the container's python backend uses it as it is
+    result = build_project(project.root, server=server, sanitize=sanitize, docker=docker, image=image)
     errors = [f.message for f in result.errors]
     if errors:
         raise BuildError("The built library would not load: " + "; ".join(errors),

@@ -30,7 +30,8 @@ def test_help_does_not_import_heavy_modules():
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["new"], ["templates"], ["templates", "list"], ["templates", "check"], ["versions"], ["validate"]]
+    "command", [[], ["new"], ["templates"], ["templates", "list"], ["templates", "check"], ["versions"], ["validate"],
+                ["package"], ["clean"]]
 )
 def test_every_command_has_help(command):
     result = tbgen(*command, "--help")
@@ -176,3 +177,22 @@ def test_interactive_new_on_a_terminal(tmp_path):
     assert meta["answers"]["dims"] == "4" and meta["answers"]["dtype"] == "INT32"
     assert sum(q.startswith("Tensor dims") for q in transcript) == 2  # asked again after the bad answer
     assert any(q.startswith("Backend name") and q.endswith("(p") for q in transcript)  # default follows the project
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["test", "--image", "some/image:1"], "--image names the image for --docker"),
+        (["serve", "--gpu"], "a local server sees this machine's GPUs already"),
+        (["build", "--image", "some/image:1"], "--image names the image for --docker"),
+        (["test", "--docker", "--packaged"], "--packaged tests an image made by tbgen package"),
+        (["test", "--docker", "--sanitize", "address"], "cannot be combined with --docker"),
+        (["clean"], "tbgen clean --containers"),
+    ],
+)
+def test_docker_options_that_do_not_fit_exit_2(tmp_path, args, fragment):
+    project = tmp_path / "proj"
+    assert tbgen("new", str(project), "-t", "cpp-backend", "--no-input").returncode == 0
+    result = tbgen(*args, *([str(project)] if args[0] != "clean" else []))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert fragment in " ".join(result.stderr.split())

@@ -161,6 +161,26 @@ def test_gpus_listed_without_kind_in_a_project_without_gpu(tmp_path):
     assert "asks for GPUs" in finding.message
 
 
+def test_gpu_instances_on_a_machine_without_gpu_are_predicted_to_fail(tmp_path):
+    path = add_sub(tmp_path, kind="KIND_GPU")
+    assert check_config(path, Expectations(gpus_visible=True)) == []
+    (finding,) = check_config(path, Expectations(gpu=True, gpus_visible=False))
+    assert finding.severity == WARNING  # the config may well be meant for a GPU machine
+    assert finding.line == line_of(path, "kind: KIND_GPU")
+    assert "no GPUs are available" in finding.message and "KIND_CPU" in finding.message
+    assert check_config(add_sub(tmp_path), Expectations(gpus_visible=False)) == []
+
+
+def test_gpus_visible_follows_cuda_visible_devices(monkeypatch):
+    from triton_backend_gen.runtime.discovery import gpus_visible
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpus_visible() is False
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    gpus = Path("/proc/driver/nvidia/gpus")
+    assert gpus_visible() is (gpus.is_dir() and any(gpus.iterdir()))
+
+
 def test_decoupled_expected_but_missing(tmp_path):
     path = add_sub(tmp_path)
     (finding,) = check_config(path, Expectations(decoupled=True))
@@ -398,6 +418,8 @@ def test_validate_tree_gpu_project_accepts_gpu_instances(tmp_path):
     root = project(tmp_path, gpu=True)
     add_model(root, kind="KIND_GPU")
     assert validate_tree(root) == []
+    (finding,) = validate_tree(root, gpus_visible=False)
+    assert finding.severity == WARNING and "shows no GPU" in finding.message
 
 
 def test_validate_tree_python_project_expects_the_python_backend(tmp_path):

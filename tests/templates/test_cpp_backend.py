@@ -1,9 +1,9 @@
 """The cpp-backend template: rendered files per option, their key contents, and real builds.
 
-The builds (marked ``cpp``) compile every rendered variant against Triton's sources from tbgen's cache
-with -Wall -Wextra -Werror and check the installed library; they skip when the cache lacks the release.
-ccache (CCACHE_DIR defaults to tbgen's cache) keeps Triton's own libraries from being recompiled for
-every variant: a warm run of the whole matrix takes about a minute on 2 cores, a cold one a few.
+The builds here (marked ``cpp``) check what a build leaves behind: no warning from the backend's own
+sources, only TRITONBACKEND_* exports, libcudart for a GPU build; they skip when the cache lacks the release.
+Every variant at every release is built, loaded and smoke-tested by `tbgen templates check --smoke`
+(tests/templates/test_template_check.py).
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import read_config, triton_sources_or_skip
+from conftest import cmake_fits_or_skip, read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
 from triton_backend_gen.project import load_project
 from triton_backend_gen.smoke import load_reference
-from triton_backend_gen.toolchain.cmake import cmake_executable, run_cmake_build
+from triton_backend_gen.toolchain.cmake import run_cmake_build
 
 DTYPES = ["FP32", "FP16", "INT32", "INT64"]
 
 COMMON_FILES = {
+    ".dockerignore",
     ".github/workflows/ci.yml",
     ".gitignore",
     "CMakeLists.txt",
@@ -41,6 +42,7 @@ COMMON_FILES = {
     "tbgen.toml",
     "tests/conftest.py",
     "tests/test_add_sub.py",
+    "third_party/README.md",
 }
 GPU_FILES = {"src/kernels.cu", "src/kernels.h"}
 
@@ -214,11 +216,6 @@ def test_post_gen_hook_removes_gpu_files_by_explicit_list():
 # --------------------------------------------------------------------------- builds
 
 
-def cmake_version() -> tuple[int, ...]:
-    output = subprocess.run([cmake_executable(), "--version"], capture_output=True, text=True, check=True).stdout
-    return tuple(int(part) for part in re.search(r"(\d+)\.(\d+)\.(\d+)", output).groups())
-
-
 def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
     sources = triton_sources_or_skip(branch)
     if gpu and shutil.which("nvcc") is None:
@@ -242,34 +239,11 @@ def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
 
 @pytest.mark.cpp
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_builds_against_r24_10(render_template, compiler_cache, dtype):
-    build_and_check(render_template("cpp-backend", dtype=dtype, triton_version="24.10"), "r24.10", gpu=False)
-
-
-@pytest.mark.cpp
-@pytest.mark.slow
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_builds_against_r24_10(render_template, compiler_cache, dtype):
-    project = render_template("cpp-backend", dtype=dtype, gpu=True, triton_version="24.10")
+def test_gpu_build_against_r24_10_links_the_cuda_runtime(render_template, compiler_cache):
+    project = render_template("cpp-backend", dtype="FP16", gpu=True, triton_version="24.10")
     library = build_and_check(project, "r24.10", gpu=True)
     needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
     assert "libcudart" in needed
-
-
-def skip_unless_cmake_fits(release) -> None:
-    needed = tuple(int(part) for part in release.min_cmake.split("."))
-    if cmake_version() < needed:
-        pytest.skip(f"backend {release.branch} needs CMake >= {release.min_cmake}, {cmake_executable()} is "
-                    f"{'.'.join(map(str, cmake_version()))} (pip install 'cmake>={release.min_cmake}')")
-
-
-@pytest.mark.cpp
-@pytest.mark.slow
-def test_builds_against_r25_10(render_template, compiler_cache):
-    skip_unless_cmake_fits(versions.resolve("25.10"))
-    build_and_check(render_template("cpp-backend", dtype="FP16", triton_version="25.10", max_batch_size=0),
-                    "r25.10", gpu=False)
 
 
 @pytest.mark.cpp
@@ -277,7 +251,7 @@ def test_builds_against_r25_10(render_template, compiler_cache):
 def test_default_project_builds_against_the_newest_release(render_template, compiler_cache):
     """`tbgen new` with no --triton-version targets the newest release: that project must build, GPU on."""
     newest = versions.newest()
-    skip_unless_cmake_fits(newest)
+    cmake_fits_or_skip(newest)
     project = render_template("cpp-backend", gpu=True)
     assert f'TRITON_BACKEND_REPO_TAG "{newest.branch}"' in (project / "CMakeLists.txt").read_text()
     build_and_check(project, newest.branch, gpu=True)

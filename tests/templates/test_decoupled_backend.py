@@ -27,6 +27,7 @@ TEMPLATE = "decoupled-backend"
 MODEL = "repeat_int32"
 
 COMMON_FILES = {
+    ".dockerignore",
     ".github/workflows/ci.yml",
     ".gitignore",
     "Dockerfile",
@@ -45,6 +46,7 @@ LANGUAGE_FILES = {
         f"model_repository/{MODEL}/1/.gitkeep",
         "src/libtriton_my_backend.ldscript",
         "src/my_backend.cc",
+        "third_party/README.md",
     },
     "python": {f"model_repository/{MODEL}/1/model.py"},
 }

@@ -25,6 +25,7 @@ from triton_backend_gen.project import load_project
 TEMPLATE = "python-backend"
 
 COMMON_FILES = {
+    ".dockerignore",
     ".github/workflows/ci.yml",
     ".gitignore",
     "Dockerfile",

@@ -1,11 +1,15 @@
-"""`tbgen templates check`: the whole matrix is clean, and each kind of defect in a rendered project is caught."""
+"""`tbgen templates check`: the whole matrix is clean, each kind of defect in a rendered project is caught, and
+with --smoke every C++ variant builds at each release, loads into the embedded server and passes the suite."""
 
 import math
 
 import pytest
+from conftest import cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
 
+from triton_backend_gen import versions
 from triton_backend_gen.scaffold import get_template
 from triton_backend_gen.template_check import (
+    build_rendered_project,
     check_rendered_project,
     check_templates,
     option_matrix,
@@ -66,3 +70,57 @@ def test_a_project_file_naming_another_template_is_caught(rendered):
     toml.write_text(toml.read_text().replace('template = "cpp-backend"', 'template = "python-backend"'))
     problems = check_rendered_project(rendered, get_template("cpp-backend"))
     assert "tbgen.toml names template 'python-backend'" in problems
+
+
+def test_a_cpp_variant_without_cached_sources_is_skipped_with_the_reason(rendered, tmp_path, monkeypatch):
+    monkeypatch.setenv("TBGEN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    problems, skipped = build_rendered_project(rendered)
+    assert problems == []
+    assert "are not cached" in skipped and "tbgen deps fetch" in skipped
+
+
+# --------------------------------------------------------------------------- builds and smoke tests
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+@pytest.mark.parametrize("release", sorted({"24.10", "25.10", versions.newest().container}))
+def test_cpp_matrix_builds_loads_and_passes_the_smoke_suite(release, compiler_cache, server_or_skip):
+    """Each dtype x gpu x batching of cpp-backend, the edge variant and decoupled-backend (both languages),
+    rendered for ``release``, built with -Werror, checked against and smoke-tested in the 2.51 server."""
+    target = versions.resolve(release)
+    triton_sources_or_skip(target.branch)
+    cmake_fits_or_skip(target)
+    report = check_templates(["cpp-backend", "decoupled-backend"], smoke=True, releases=[release])
+    assert report.failures == []
+    assert report.skipped == []
+    assert report.variants == len(list(option_matrix(get_template("cpp-backend")))) + 2
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_a_variant_that_does_not_compile_is_a_failure_naming_the_line(render_template, compiler_cache):
+    triton_sources_or_skip("r24.10")
+    project = render_template("cpp-backend", triton_version="24.10")
+    source = project / "src" / "my_backend.cc"
+    source.write_text(source.read_text() + "\nint unused_and_broken() { return; }\n")
+    problems, skipped = build_rendered_project(project)
+    assert skipped == ""
+    (problem,) = problems
+    assert problem.startswith("build failed") and "my_backend.cc:" in problem
+
+
+@pytest.mark.slow
+def test_cli_reports_the_variants_it_could_not_build(tmp_path):
+    """`--build` without cached sources: C++ variants are reported as not built, Python ones need nothing."""
+    result = run_tbgen("templates", "check", "-t", "decoupled-backend", "--build", "--triton-version", "r24.10",
+                       env={"TBGEN_CACHE_DIR": str(tmp_path / "empty-cache")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SKIP decoupled-backend [language=cpp triton_version=24.10]" in result.stdout
+    assert "2 variants" in result.stdout and "1 not built" in result.stdout
+
+
+def test_cli_refuses_an_unknown_release():
+    result = run_tbgen("templates", "check", "--triton-version", "19.01")
+    assert result.returncode == 2
+    assert "19.01" in result.stderr

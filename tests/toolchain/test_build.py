@@ -14,6 +14,7 @@ from conftest import new_project, run_tbgen as tbgen, triton_sources_or_skip
 from triton_backend_gen import versions
 from triton_backend_gen.errors import BuildError, UsageError
 from triton_backend_gen.project import load_project
+from triton_backend_gen.runtime.discovery import gpus_visible
 from triton_backend_gen.toolchain import build, cmake, symbols
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None or shutil.which("gcc") is None,
@@ -268,6 +269,12 @@ def test_gpu_build_loads_and_passes_on_cpu_instances(tmp_path, compiler_cache, s
     assert f"CMAKE_CUDA_ARCHITECTURES:UNINITIALIZED={archs}" in cache or f"CMAKE_CUDA_ARCHITECTURES:STRING={archs}" in cache
     smoke = tbgen("test", str(project))
     assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+    if not gpus_visible():  # KIND_GPU here: the server refuses it, and tbgen says why before its log
+        config = project / "model_repository" / "add_sub" / "config.pbtxt"
+        config.write_text(config.read_text().replace("KIND_CPU", "KIND_GPU"))
+        refused = tbgen("test", str(project))
+        assert refused.returncode == 1
+        assert "no GPUs are available" in refused.stderr and "use kind: KIND_CPU" in refused.stderr
 
 
 @pytest.mark.slow

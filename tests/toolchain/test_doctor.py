@@ -38,7 +38,7 @@ def empty_path(tmp_path, monkeypatch) -> Path:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(build, "CUDA_ROOTS", ())
     monkeypatch.delenv("CUDACXX", raising=False)
-    monkeypatch.setitem(sys.modules, "docker", None)  # the docker SDK, if installed, cannot be imported
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")  # no engine answers there
     monkeypatch.setenv("TBGEN_CACHE_DIR", str(tmp_path / "cache"))
     return bin_dir
 

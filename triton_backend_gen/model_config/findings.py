@@ -31,3 +31,4 @@ class Expectations:
     backend: str | None = None
     decoupled: bool | None = None
     gpu: bool | None = None
+    gpus_visible: bool | None = None  # does this machine show a GPU to a server started here?

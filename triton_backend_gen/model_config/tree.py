@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,10 @@ def find_configs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def validate_tree(root: Path) -> list[Finding]:
+def validate_tree(root: Path, *, gpus_visible: bool | None = None) -> list[Finding]:
     """Findings for every config under ``root``; models listed in the enclosing tbgen.toml (if any) are also
-    checked against what the project expects of them (backend, decoupled, GPU)."""
+    checked against what the project expects of them (backend, decoupled, GPU). ``gpus_visible=False`` warns
+    about GPU instances, which a server on this machine would refuse."""
     from triton_backend_gen.project import find_project_root, load_project
 
     root = Path(root)
@@ -44,7 +46,8 @@ def validate_tree(root: Path) -> list[Finding]:
         expectations = _project_expectations(load_project(start))
     findings: list[Finding] = []
     for config in find_configs(root):
-        findings.extend(check_config(config, expectations.get(config.resolve(), Expectations())))
+        expect = replace(expectations.get(config.resolve(), Expectations()), gpus_visible=gpus_visible)
+        findings.extend(check_config(config, expect))
     return findings
 
 

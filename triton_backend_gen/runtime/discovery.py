@@ -273,3 +273,12 @@ def _fix_hint(source: str) -> str:
     if source == SOURCE_EXPLICIT:
         return "Pass --server the path of a tritonserver executable (or of the directory holding bin/tritonserver)."
     return f"Point ${ENV_VARIABLE} at a tritonserver executable, or unset it to use the next candidate."
+
+
+def gpus_visible() -> bool:
+    """Whether a server started here would see an NVIDIA GPU: the driver lists one and CUDA_VISIBLE_DEVICES
+    does not hide them all."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1", "none", "NoDevFiles"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())

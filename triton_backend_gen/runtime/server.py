@@ -257,6 +257,10 @@ class TritonServer:
             return self._returncode
 
     # --- state ------------------------------------------------------------------------------------------
+    def describe(self) -> str:
+        """Which server this is, in one line for people."""
+        return self.install.describe()
+
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
@@ -353,7 +357,7 @@ class TritonServer:
         deadline = time.monotonic() + self.options.startup_timeout
         foreign = False
         while True:
-            code = self._process.poll()
+            code = self._exit_status()
             if code is not None:
                 raise self._failure(f"tritonserver exited with status {code} before it was ready")
             try:
@@ -368,6 +372,10 @@ class TritonServer:
                         else f"it was not ready within {self.options.startup_timeout:g} s")
                 raise self._failure(f"tritonserver did not start: {what}")
             time.sleep(_POLL_S)
+
+    def _exit_status(self) -> int | None:
+        """The server's exit status once it has exited, else None."""
+        return self._process.poll()
 
     def _failure(self, message: str) -> ServerError:
         lines = self.relevant_log_lines()
@@ -485,6 +493,10 @@ def prepare_server(
     *,
     server: Path | None = None,
     python: Path = Path(sys.executable),
+    docker: bool = False,
+    image: str | None = None,
+    gpu: bool = False,
+    mount: bool = True,
     **overrides: Any,
 ) -> TritonServer:
     """A TritonServer (not started) for a tbgen project or a bare model repository.
@@ -494,9 +506,12 @@ def prepare_server(
     model repository: a temporary directory holds the backend tree and the log. ``overrides`` set
     ServerOptions fields (http_port=8000, verbose=True, ...). ``warnings`` says when the project targets
     another Triton release than the server's.
+
+    With ``docker`` the server runs in a container of ``image`` (default: the NGC image of the project's
+    release, or of the newest release for a bare repository), with all GPUs when ``gpu``; ``mount=False``
+    serves the image's own /models and backends (an image made by `tbgen package`).
     """
     path = Path(project_or_repo).resolve()
-    install = find_tritonserver(server)
     root = find_project_root(path)
     if root is not None:
         project = load_project(root)
@@ -509,10 +524,17 @@ def prepare_server(
     else:
         raise ServerError(f"{path} is neither a tbgen project nor a model repository directory.",
                           "Pass a project made by `tbgen new`, or a directory of models.")
-    layout = assemble_backend_dir(install, work_dir, project, python)
     options = dataclasses.replace(
         ServerOptions(model_repository=repository, log_file=work_dir / "server.log"), **overrides
     )
+    if docker:
+        from triton_backend_gen import versions
+        from triton_backend_gen.runtime.container import ContainerServer, default_image
+
+        release = project.triton_version if project is not None else versions.newest().container
+        return ContainerServer(image or default_image(release), options, project, gpu=gpu, mount=mount)
+    install = find_tritonserver(server)
+    layout = assemble_backend_dir(install, work_dir, project, python)
     triton = TritonServer(install, layout, options)
     if project is not None:
         triton.warnings.extend(release_warnings(project, install))

@@ -161,11 +161,14 @@ def build_project(
     server: Path | None = None,
     check: bool = True,
     sanitize: tuple[str, ...] = (),
+    docker: bool = False,
+    image: str | None = None,
 ) -> BuildResult:
     """Build the project at ``path`` (see the module docstring); ``check`` runs tbgen check on a C++ library.
 
     ``sanitize`` (C++ only) builds in <project>/build/sanitize with those sanitizers and installs that library;
-    the runtime preloads the sanitizer runtimes whenever it serves such a library."""
+    the runtime preloads the sanitizer runtimes whenever it serves such a library. ``docker`` builds a C++
+    backend in a container of ``image`` (default: the NGC image of the project's release)."""
     validate_build_type(build_type)
     project = load_project(path)
     kind = build_kind(project)
@@ -174,11 +177,17 @@ def build_project(
     if sanitize and kind != "cpp":
         raise UsageError(f"--sanitize builds C++ backends; {project.name} is a python project.",
                          "Drop --sanitize, or use it on a cpp-backend or decoupled-backend (C++) project.")
+    if docker and (sanitize or kind == "native"):
+        what = "--sanitize builds" if sanitize else "native Python extensions"
+        raise UsageError(f"--docker does not run {what}: they are built for this machine's server and Python.",
+                         "Drop --docker for this build.")
     if kind is None:
         note = f"{project.name} is a python project without a native extension: nothing to build."
         return BuildResult(project, None, 0.0, False, notes=(note,))
     if kind == "native":
         return _build_native(project, native_spec(project), build_type, jobs, clean, progress, started)
+    if docker:
+        return _build_in_container(project, image, gpu, build_type, jobs, clean, progress, started)
 
     build_dir = project.root / "build"
     if clean:
@@ -211,6 +220,21 @@ def build_project(
         findings = tuple(check_library(library, install)) + tuple(server_notes)
     return BuildResult(project, library, time.monotonic() - started, run.work_done, run.log_file, findings,
                        tuple(notes))
+
+
+def _build_in_container(project: Project, image: str | None, gpu: bool, build_type: str, jobs: int | None,
+                        clean: bool, progress: Progress | None, started: float) -> BuildResult:
+    from triton_backend_gen.runtime.container import build_in_container, default_image
+
+    image = image or default_image(project.triton_version)
+    if clean:
+        shutil.rmtree(project.root / "build" / "docker", ignore_errors=True)
+    run = build_in_container(project, image, gpu=gpu, build_type=build_type, jobs=jobs, progress=progress)
+    library = library_path(project)
+    if not library.is_file():
+        raise BuildError(f"The build succeeded but did not install {library}.", f"See the log: {run.log_file}")
+    note = f"built in {image}; `tbgen check` compares with a local server, so it was not run"
+    return BuildResult(project, library, time.monotonic() - started, run.work_done, run.log_file, notes=(note,))
 
 
 def _build_native(project: Project, spec: NativeSpec, build_type: str, jobs: int | None, clean: bool,

@@ -53,15 +53,17 @@ def configure_command(
     build_type: str = "Release",
     install_prefix: Path | None = None,
     extra_defines: Mapping[str, str] = {},
+    host_tools: bool = True,
 ) -> list[str]:
     """The cmake configure command line for ``source_dir`` into ``build_dir``.
 
     ``triton_sources`` is a directory holding Triton's ``common``, ``core`` and ``backend`` trees; with
-    it the build uses them and never touches the network.
+    it the build uses them and never touches the network. ``host_tools=False`` names no tool of this
+    machine (plain ``cmake``, no generator, ninja, ccache or system googletest): for a build in a container.
     """
-    command = [cmake_executable(), "-S", str(source_dir), "-B", str(build_dir)]
+    command = [cmake_executable() if host_tools else "cmake", "-S", str(source_dir), "-B", str(build_dir)]
     defines: dict[str, str] = {}
-    ninja = _on_path("ninja")
+    ninja = _on_path("ninja") if host_tools else None
     if ninja:
         command += ["-G", "Ninja"]
         defines["CMAKE_MAKE_PROGRAM"] = ninja
@@ -73,10 +75,10 @@ def configure_command(
         for repo in TRITON_REPOS:
             defines[f"FETCHCONTENT_SOURCE_DIR_REPO-{repo.upper()}"] = str(Path(triton_sources) / repo)
         defines["FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
-    googletest = googletest_sources(triton_sources)
+    googletest = googletest_sources(triton_sources, system=host_tools)
     if googletest is not None:
         defines["FETCHCONTENT_SOURCE_DIR_GOOGLETEST"] = str(googletest)
-    ccache = _on_path("ccache")
+    ccache = _on_path("ccache") if host_tools else None
     if ccache:
         languages = ("C", "CXX", "CUDA") if gpu else ("C", "CXX")
         for language in languages:
@@ -88,11 +90,12 @@ def configure_command(
     return command + [f"-D{key}={value}" for key, value in defines.items()]
 
 
-def googletest_sources(triton_sources: Path | None) -> Path | None:
+def googletest_sources(triton_sources: Path | None, *, system: bool = True) -> Path | None:
     """The googletest that Triton's common builds its tests with: the one cached beside ``triton_sources``
     (at the commit common asks for), else the system's, else None (FetchContent downloads it)."""
     candidates = [Path(triton_sources) / "googletest"] if triton_sources is not None else []
-    candidates.append(SYSTEM_GOOGLETEST)
+    if system:
+        candidates.append(SYSTEM_GOOGLETEST)
     return next((path for path in candidates if (path / "CMakeLists.txt").is_file()), None)
 
 
@@ -184,11 +187,14 @@ def cmake_build(
     steps += [("build", build_command(build_dir, jobs=jobs)), ("install", install_command(build_dir, install_dir))]
     work_done = configured
     (build_dir / CONFIGURE_STAMP).unlink(missing_ok=True)
+    # ccache rewrites paths under the project to relative ones, so copies of a project (CI checkouts, rendered
+    # variants) share cache entries.
+    env = {"CCACHE_BASEDIR": str(Path(source_dir).resolve()), **os.environ}
     with log_path.open("w") as log:
         for stage, command in steps:
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
-            returncode, stepped = _run_logged(command, log, progress if stage == "build" else None)
+            returncode, stepped = _run_logged(command, log, progress if stage == "build" else None, env)
             work_done = work_done or (stage == "build" and stepped)
             if returncode != 0:
                 log.flush()
@@ -201,11 +207,12 @@ def cmake_build(
     return CMakeRun(install_dir=install_dir, log_file=log_path, configured=configured, work_done=work_done)
 
 
-def _run_logged(command: list[str], log, progress: Callable[[int, int, str], None] | None) -> tuple[int, bool]:
+def _run_logged(command: list[str], log, progress: Callable[[int, int, str], None] | None,
+                env: Mapping[str, str]) -> tuple[int, bool]:
     """Run ``command`` with its output appended to ``log``; returns (exit status, whether it made progress lines)."""
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace", stdin=subprocess.DEVNULL)
+                                   errors="replace", stdin=subprocess.DEVNULL, env=dict(env))
     except FileNotFoundError as err:
         raise BuildError(
             f"cannot run {command[0]}: {err.strerror}",

@@ -9,7 +9,7 @@ VERSION_DIR = Path("model_repository") / "{{ cookiecutter.model_name }}" / "1"
 # Paths that exist only for one language; every other language's list is removed.
 ONLY_FOR = {
     # The C++ backend: its build files and sources; the version directory holds no model file.
-    "cpp": ["CMakeLists.txt", "CMakePresets.json", "cmake", "src", str(VERSION_DIR / ".gitkeep")],
+    "cpp": ["CMakeLists.txt", "CMakePresets.json", "cmake", "src", "third_party", str(VERSION_DIR / ".gitkeep")],
     # The decoupled Python model, served by the stock python backend.
     "python": [str(VERSION_DIR / "model.py")],
 }

@@ -191,13 +191,17 @@ def check_instance_groups(ctx: CheckContext) -> None:
                 f"{label} sets profile, which only TensorRT models support; remove it",
             )
         uses_gpu = group.kind == kinds.KIND_GPU or (group.kind == kinds.KIND_AUTO and len(group.gpus) > 0)
-        if ctx.expect.gpu is False and uses_gpu:
-            ctx.error(
-                ctx.line_of(("instance_group", index), "kind"),
-                f"{label} asks for {kind if group.kind == kinds.KIND_GPU else 'GPUs'} but the project is built "
-                "without GPU support (gpu = false in tbgen.toml); use kind: KIND_CPU, or render the project "
-                "again with --gpu",
-            )
+        if not uses_gpu:
+            continue
+        asks = f"{label} asks for {kind if group.kind == kinds.KIND_GPU else 'GPUs'}"
+        where = ctx.line_of(("instance_group", index), "kind")
+        if ctx.expect.gpu is False:
+            ctx.error(where, f"{asks} but the project is built without GPU support (gpu = false in tbgen.toml); "
+                      "use kind: KIND_CPU, or render the project again with --gpu")
+        elif ctx.expect.gpus_visible is False:
+            ctx.warn(where, f"{asks} but this machine shows no GPU: a server here refuses to load the model "
+                     '("no GPUs are available"); to test here use kind: KIND_CPU (a --gpu build serves CPU '
+                     "instances too)")
 
 
 def check_transaction_policy(ctx: CheckContext) -> None:

@@ -1,0 +1,11 @@
+"""``tbgen bench``: load generation (perf_analyzer, or tbgen's asyncio gRPC generator), the server's own
+statistics and the client's and server's CPU use, per concurrency level.
+
+Modules: ``run`` (:func:`run_bench`, the stage function), ``perf_analyzer`` (finding and driving it, its CSV),
+``loadgen`` (the asyncio generator, decoupled streams included) and ``stats`` (the report, percentiles, ratios).
+"""
+
+from triton_backend_gen.bench.run import run_bench
+from triton_backend_gen.bench.stats import BenchReport, Level, Ratio, compare, parse_concurrency, parse_duration, percentiles
+
+__all__ = ["BenchReport", "Level", "Ratio", "compare", "parse_concurrency", "parse_duration", "percentiles", "run_bench"]

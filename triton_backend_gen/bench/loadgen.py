@@ -1,0 +1,110 @@
+"""tbgen's own load generator, for when perf_analyzer is not available: asyncio gRPC (tritonclient.grpc.aio),
+``concurrency`` requests in flight for ``seconds``, one latency per request; decoupled models are driven
+through gRPC streams (one stream per worker, a request's latency ends with its final response)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class LoadResult:
+    latencies_us: list[float] = field(default_factory=list)
+    responses: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    first_error: str = ""
+
+
+def run_load(url: str, model: str, inputs: Mapping[str, np.ndarray], *, concurrency: int, seconds: float,
+             decoupled: bool, warmup_s: float = 0.5) -> LoadResult:
+    """Keep ``concurrency`` requests in flight against ``model`` for ``seconds`` (after a warm-up)."""
+    return asyncio.run(_run(url, model, inputs, concurrency, seconds, decoupled, warmup_s))
+
+
+async def _run(url, model, inputs, concurrency, seconds, decoupled, warmup_s) -> LoadResult:
+    from tritonclient.grpc import InferInput
+    from tritonclient.grpc.aio import InferenceServerClient
+    from tritonclient.utils import np_to_triton_dtype
+
+    def request_inputs() -> list:
+        built = []
+        for name, array in inputs.items():
+            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            built.append(tensor)
+        return built
+
+    result = LoadResult()
+    client = InferenceServerClient(url)
+    try:
+        loop = asyncio.get_running_loop()
+        start_measuring = loop.time() + warmup_s
+        stop = start_measuring + seconds
+        worker = _stream_worker if decoupled else _unary_worker
+        await asyncio.gather(*(worker(client, model, request_inputs, start_measuring, stop, result)
+                               for _ in range(concurrency)))
+        result.seconds = seconds
+    finally:
+        await client.close()
+    return result
+
+
+async def _unary_worker(client, model, request_inputs, start_measuring, stop, result: LoadResult) -> None:
+    loop = asyncio.get_running_loop()
+    tensors = request_inputs()
+    while (now := loop.time()) < stop:
+        began = time.perf_counter()
+        try:
+            await client.infer(model, tensors)
+        except Exception as err:  # noqa: BLE001 - counted, the first one reported
+            result.errors += 1
+            result.first_error = result.first_error or str(err)
+            continue
+        if now >= start_measuring:
+            result.latencies_us.append((time.perf_counter() - began) * 1e6)
+            result.responses += 1
+
+
+async def _stream_worker(client, model, request_inputs, start_measuring, stop, result: LoadResult) -> None:
+    """One gRPC stream; the next request goes out when the previous one's final response came back."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            yield item
+
+    tensors = request_inputs()
+    responses = client.stream_infer(requests())
+    try:
+        while (now := loop.time()) < stop:
+            began = time.perf_counter()
+            await queue.put({"model_name": model, "inputs": tensors,
+                             "parameters": {"triton_enable_empty_final_response": True}})
+            streamed = 0
+            async for response, error in responses:
+                if error is not None:
+                    result.errors += 1
+                    result.first_error = result.first_error or str(error)
+                    break
+                message = response.get_response()
+                final = message.parameters.get("triton_final_response")
+                if not (final and final.bool_param and not message.outputs):
+                    streamed += 1
+                if final and final.bool_param:
+                    break
+            if now >= start_measuring:
+                result.latencies_us.append((time.perf_counter() - began) * 1e6)
+                result.responses += streamed
+    finally:
+        await queue.put(None)
+        responses.cancel()

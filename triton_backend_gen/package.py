@@ -1,0 +1,152 @@
+"""``tbgen package``: build the project's Dockerfile into a deployable image, through the docker SDK.
+
+The build context is the project without what its ``.dockerignore`` excludes. For a C++ project whose release
+is in tbgen's source cache, Triton's core/common/backend (and googletest) are added to the context as
+``third_party/triton/``, where the Dockerfile's build stage finds them, so the image builds without the
+network (the tools it needs must then be in the base image). ``BASE_IMAGE`` picks another base image of the
+NGC layout. The build's output goes to ``<project>/build/tbgen/package.log``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_backend_gen import versions
+from triton_backend_gen.errors import ServerError
+from triton_backend_gen.project import Project, load_project
+
+DOCKERFILE = "Dockerfile"
+DOCKERIGNORE = ".dockerignore"
+VENDORED = Path("third_party") / "triton"
+LOG_NAME = "package.log"
+
+
+@dataclass(frozen=True)
+class PackageResult:
+    tag: str
+    image_id: str
+    log_file: Path
+    offline: bool  # Triton's sources came from tbgen's cache
+
+
+def default_tag(project: Project) -> str:
+    return f"{project.name.lower()}:latest"
+
+
+def ignore_patterns(project_root: Path) -> list[str]:
+    """The project's .dockerignore patterns ("/build/" -> "build"); comments and blank lines dropped."""
+    path = project_root / DOCKERIGNORE
+    if not path.is_file():
+        return []
+    patterns = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            patterns.append(line.strip("/"))
+    return patterns
+
+
+def ignored(relative: Path, patterns: list[str]) -> bool:
+    """Whether ``relative`` (or a directory above it) matches a pattern: the whole path, or any one name
+    for a pattern without a slash (as .gitignore reads it)."""
+    text = relative.as_posix()
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(text, pattern):
+            return True
+        if "/" not in pattern and any(fnmatch.fnmatchcase(part, pattern) for part in relative.parts):
+            return True
+        if any(fnmatch.fnmatchcase(Path(*relative.parts[:n]).as_posix(), pattern) for n in range(1, len(relative.parts))):
+            return True
+    return False
+
+
+def context_files(project_root: Path) -> Iterator[tuple[Path, Path]]:
+    """(file on disk, its path in the context) for every file of the build context."""
+    patterns = ignore_patterns(project_root)
+    for path in sorted(project_root.rglob("*")):
+        relative = path.relative_to(project_root)
+        if path.is_file() and not ignored(relative, patterns):
+            yield path, relative
+
+
+def vendored_sources(project: Project) -> Iterator[tuple[Path, Path]]:
+    """Triton's cached sources for the project's release, as third_party/triton/<repo>/... (no .git)."""
+    from triton_backend_gen.toolchain.sources import cached_sources
+
+    if project.language != "cpp" or (project.root / VENDORED / "core").is_dir():
+        return
+    sources = cached_sources(versions.resolve(project.triton_version).branch)
+    if sources is None:
+        return
+    for repo in ("core", "common", "backend", "googletest"):
+        root = sources / repo
+        for path in sorted(root.rglob("*")) if root.is_dir() else ():
+            relative = path.relative_to(root)
+            if path.is_file() and ".git" not in relative.parts:
+                yield path, VENDORED / repo / relative
+
+
+def build_context(project: Project) -> tuple[io.BytesIO, bool]:
+    """The build context as an uncompressed tar in memory, and whether Triton's sources are in it."""
+    buffer = io.BytesIO()
+    vendored = list(vendored_sources(project))
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, name in [*context_files(project.root), *vendored]:
+            tar.add(path, arcname=name.as_posix(), recursive=False)
+    buffer.seek(0)
+    return buffer, bool(vendored)
+
+
+def package_project(path: Path, *, tag: str | None = None, base_image: str | None = None,
+                    progress: Callable[[str], None] = lambda line: None) -> PackageResult:
+    """Build the project's Dockerfile into the image ``tag`` (default: ``<project>:latest``)."""
+    from triton_backend_gen.runtime.container import LABEL, PROJECT_LABEL, connect, ensure_image
+
+    project = load_project(path)
+    if not (project.root / DOCKERFILE).is_file():
+        raise ServerError(f"{project.root / DOCKERFILE} does not exist.",
+                          "Restore it from the template: tbgen new --force with the project's answers.")
+    tag = tag or default_tag(project)
+    client = connect()
+    if base_image:
+        ensure_image(client, base_image)
+    context, offline = build_context(project)
+    log_file = project.root / "build" / "tbgen" / LOG_NAME
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    image_id, errors = "", []
+    with log_file.open("w") as log:
+        stream = client.api.build(
+            fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, decode=True,
+            buildargs={"BASE_IMAGE": base_image} if base_image else None,
+            labels={LABEL: "1", PROJECT_LABEL: str(project.root)},
+        )
+        for chunk in stream:
+            text = chunk.get("stream") or ""
+            if "error" in chunk:
+                errors.append(chunk["error"].strip())
+                text = chunk["error"]
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            log.write(text)
+            for line in text.splitlines():
+                if line.startswith("Step "):
+                    progress(line)
+    if errors:
+        hint = f"Full log: {log_file}"
+        if not base_image:
+            hint += f". The base image must be on the engine (docker pull {_base_of(project)}) or given with --base-image."
+        raise ServerError(f"docker build of {project.root} failed: {errors[-1]}", hint)
+    if not image_id:
+        image_id = client.images.get(tag).id
+    return PackageResult(tag, image_id, log_file, offline)
+
+
+def _base_of(project: Project) -> str:
+    from triton_backend_gen.runtime.container import default_image
+
+    return default_image(project.triton_version)

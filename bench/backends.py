@@ -9,9 +9,9 @@
    the same, concurrency 1, 8 and 32, with dynamic batching on and off;
 3. decoupled-backend (C++): responses/s for 1 and 8 concurrent streams (16 responses per request, no delay).
 
-Each pair runs in one server, one model after the other, and each line prints the pair's throughput ratio
-(generated / baseline): only ratios from one run mean much, since runs of the same model vary by up to 25% on a
-shared machine. Needs Triton's r24.10 sources in tbgen's cache (the C++ parts) and the embedded server.
+Each pair runs in one server, in the order A B B A (figures averaged), and each line prints the pair's
+throughput ratio (generated / baseline): only ratios from one run mean much, since runs of the same model vary by
+up to 25% on a shared machine. Needs Triton's r24.10 sources in tbgen's cache (the C++ parts) and the embedded server.
 """
 
 from __future__ import annotations
@@ -99,17 +99,28 @@ def inputs_of(size: int) -> dict[str, np.ndarray]:
 
 
 def measure(project: Path, models: list[str], concurrency: list[int], args, inputs=None) -> dict[str, object]:
-    """Each of ``models`` under the same load, in one server; {model: BenchReport}."""
+    """Each of ``models`` under the same load, in one server, in the order A B ... B A (so that drift of the
+    machine during the run weighs on each alike); {model: BenchReport with each figure averaged}."""
     from triton_backend_gen.bench import run_bench
     from triton_backend_gen.runtime.server import prepare_server
 
-    reports = {}
+    runs: dict[str, list] = {model: [] for model in models}
     with prepare_server(project) as triton:
         url = f"{triton.http_url},{triton.grpc_url}"
-        for model in models:
-            reports[model] = run_bench(project, model=model, url=url, server_pid=triton.pid, concurrency=concurrency,
-                                       seconds=args.seconds, tool=args.tool, inputs=inputs)
-    return reports
+        for model in [*models, *reversed(models)]:
+            runs[model].append(run_bench(project, model=model, url=url, server_pid=triton.pid, concurrency=concurrency,
+                                         seconds=args.seconds, tool=args.tool, inputs=inputs))
+    return {model: averaged(reports) for model, reports in runs.items()}
+
+
+def averaged(reports: list) -> object:
+    """The first report with every numeric figure of each level replaced by the mean over ``reports``."""
+    first = reports[0]
+    for index, level in enumerate(first.levels):
+        for name, value in vars(level).items():
+            if name != "concurrency" and isinstance(value, (int, float)):
+                setattr(level, name, sum(getattr(r.levels[index], name) for r in reports) / len(reports))
+    return first
 
 
 def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:

@@ -1,10 +1,12 @@
 """Generated backends against hand-written baselines, side by side on one server under the same load.
 
-    python bench/backends.py [--duration 5s] [--tool auto|perf_analyzer|builtin]
+    python bench/backends.py [--duration 5s] [--tool auto|perf_analyzer|builtin] [--only cpp|python|decoupled]
+                             [--reference-backend DIR]
 
 1. cpp-backend's generated add/sub against bench/identity_backend.cc (copies INPUT0/INPUT1 to the outputs and
    nothing else: the floor of Triton's per-request cost), FP32 [16] and [65536], concurrency 1 and 8, dynamic
-   batching with a 100 us queue delay on both;
+   batching with a 100 us queue delay on both; with --reference-backend, also against that backend (Triton's
+   `recommended` example, say, which you build from Triton's backend repository);
 2. python-backend's generated model.py against a per-request loop (the usual hand-written model.py) computing
    the same, concurrency 1, 8 and 32, with dynamic batching on and off;
 3. decoupled-backend (C++): responses/s for 1 and 8 concurrent streams (16 responses per request, no delay).
@@ -100,7 +102,8 @@ def inputs_of(size: int) -> dict[str, np.ndarray]:
 
 def measure(project: Path, models: list[str], concurrency: list[int], args, inputs=None) -> dict[str, object]:
     """Each of ``models`` under the same load, in one server, in the order A B ... B A (so that drift of the
-    machine during the run weighs on each alike); {model: BenchReport with each figure averaged}."""
+    machine during the run weighs on each alike); {model: BenchReport with each figure averaged}. ``inputs``:
+    {model: that model's request} (default: each project's reference.make_inputs)."""
     from triton_backend_gen.bench import run_bench
     from triton_backend_gen.runtime.server import prepare_server
 
@@ -109,7 +112,7 @@ def measure(project: Path, models: list[str], concurrency: list[int], args, inpu
         url = f"{triton.http_url},{triton.grpc_url}"
         for model in [*models, *reversed(models)]:
             runs[model].append(run_bench(project, model=model, url=url, server_pid=triton.pid, concurrency=concurrency,
-                                         seconds=args.seconds, tool=args.tool, inputs=inputs))
+                                         seconds=args.seconds, tool=args.tool, inputs=(inputs or {}).get(model)))
     return {model: averaged(reports) for model, reports in runs.items()}
 
 
@@ -145,10 +148,34 @@ def cpp_pairs(scratch: Path, args) -> None:
     reference = with_backend(generated, "identity_ref")
     add_model(project, "identity_16", reference, 8, {"libtriton_identity_ref.so": identity})
     add_model(project, "identity_64k", with_dims(reference, SIZES["64k"]), 8, {"libtriton_identity_ref.so": identity})
+    external = add_reference_backend(project, Path(args.reference_backend), generated) if args.reference_backend else None
     for size, (mine, floor) in {"16": ("add_sub", "identity_16"), "64k": ("add_sub_64k", "identity_64k")}.items():
-        reports = measure(project, [mine, floor], [1, 8], args, inputs_of(SIZES[size]))
+        models = [mine, floor] + ([f"reference_{size}"] if external else [])
+        inputs = {mine: inputs_of(SIZES[size]), floor: inputs_of(SIZES[size]),
+                  f"reference_{size}": {"INPUT": inputs_of(SIZES[size])["INPUT0"]}}
+        reports = measure(project, models, [1, 8], args, inputs)
         print_pair(f"C++ FP32 [{SIZES[size]}]: generated add/sub vs identity floor", reports[mine], reports[floor],
                    ("generated", "identity"))
+        if external:
+            print_pair(f"C++ FP32 [{SIZES[size]}]: generated add/sub vs {external} (one input, one output)",
+                       reports[mine], reports[f"reference_{size}"], ("generated", external))
+
+
+def add_reference_backend(project: Path, directory: Path, generated: str) -> str:
+    """Models reference_16 and reference_64k served by the backend built in ``directory`` (its
+    libtriton_<name>.so, e.g. Triton's `recommended` example): one FP32 input INPUT, one output OUTPUT."""
+    libraries = sorted(directory.glob("libtriton_*.so"))
+    if not libraries:
+        sys.exit(f"--reference-backend {directory}: no libtriton_<name>.so in it")
+    name = libraries[0].name[len("libtriton_"):-len(".so")]
+    config = with_backend(generated, name)
+    config = re.sub(r"input \[.*?\n\]\noutput \[.*?\n\]\n",
+                    'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+                    'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n', config, flags=re.DOTALL)
+    library = {libraries[0].name: libraries[0].read_bytes()}
+    add_model(project, "reference_16", config, 8, library)
+    add_model(project, "reference_64k", with_dims(config, SIZES["64k"]), 8, library)
+    return name
 
 
 def python_pairs(scratch: Path, args) -> None:
@@ -185,16 +212,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="5s", help="measurement time per level")
     parser.add_argument("--tool", default="auto", choices=("auto", "perf_analyzer", "builtin"))
+    parser.add_argument("--only", action="append", choices=("cpp", "python", "decoupled"),
+                        help="run only these parts (repeatable; default: all three)")
+    parser.add_argument("--reference-backend", metavar="DIR",
+                        help="also compare with the backend built in DIR (libtriton_<name>.so with one FP32 input INPUT "
+                             "and one output OUTPUT, such as Triton's recommended example; built by you, never committed)")
     args = parser.parse_args()
     args.seconds = parse_duration(args.duration)
     if cached_sources(f"r{RELEASE}") is None:
         sys.exit(f"Triton r{RELEASE} sources are not in {sources_dir()}: fill the cache first (tbgen deps fetch).")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};"
           f" client and server share the CPUs")
+    parts = {"cpp": cpp_pairs, "python": python_pairs, "decoupled": decoupled}
     with tempfile.TemporaryDirectory(prefix="tbgen-bench-backends-") as scratch:
-        cpp_pairs(Path(scratch), args)
-        python_pairs(Path(scratch), args)
-        decoupled(Path(scratch), args)
+        for name in args.only or parts:
+            parts[name](Path(scratch), args)
 
 
 if __name__ == "__main__":

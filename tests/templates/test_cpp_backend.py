@@ -255,3 +255,46 @@ def test_default_project_builds_against_the_newest_release(render_template, comp
     project = render_template("cpp-backend", gpu=True)
     assert f'TRITON_BACKEND_REPO_TAG "{newest.branch}"' in (project / "CMakeLists.txt").read_text()
     build_and_check(project, newest.branch, gpu=True)
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(render_template, compiler_cache,
+                                                                              server_or_skip):
+    """The backend logs, at verbose level, the input bytes each execution copied: none for one gRPC request (its
+    tensors arrive contiguous), exactly the batch's bytes when the collector gathers several requests."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from triton_backend_gen.runtime.server import prepare_server
+    from triton_backend_gen.toolchain.build import build_project
+
+    triton_sources_or_skip("r24.10")
+    project = render_template("cpp-backend", triton_version="24.10")
+    build_project(project)
+    reference = load_reference(project)
+    with prepare_server(project, verbose=True) as triton:
+        client = grpcclient.InferenceServerClient(triton.grpc_url)
+
+        def infer(seed: int) -> None:
+            inputs = []
+            for name, array in reference.make_inputs(1, seed).items():
+                tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+                tensor.set_data_from_numpy(array)
+                inputs.append(tensor)
+            client.infer("add_sub", inputs)
+
+        for seed in range(3):
+            infer(seed)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(infer, range(64)))
+        client.close()
+        log = triton.log_file.read_text()
+    executions = [(int(n), int(b)) for n, b in re.findall(r"executed (\d+) request\(s\), copied (\d+) input bytes", log)]
+    request_bytes = 2 * 16 * 4  # two FP32 [1, 16] inputs
+    assert executions[:3] == [(1, 0)] * 3
+    assert sum(n for n, _ in executions) == 3 + 64
+    for requests, copied in executions:
+        assert copied == (0 if requests == 1 else requests * request_bytes)

@@ -159,17 +159,42 @@ ModelPrefix(const std::string& model_name)
 
 // An input used in place may start at any byte (an HTTP request body packs
 // tensors back to back), and reading it through an Element pointer needs
-// Element's alignment: a misaligned input is copied into 'scratch' first.
+// Element's alignment: a misaligned input is copied into 'scratch' first
+// (and its size added to 'copied_bytes').
 const Element*
 AlignedInput(
-    const char* buffer, const size_t count, std::vector<Element>* scratch)
+    const char* buffer, const size_t count, std::vector<Element>* scratch,
+    size_t* copied_bytes)
 {
   if (reinterpret_cast<std::uintptr_t>(buffer) % alignof(Element) == 0) {
     return reinterpret_cast<const Element*>(buffer);
   }
   scratch->resize(count);
   std::memcpy(scratch->data(), buffer, count * sizeof(Element));
+  *copied_bytes += count * sizeof(Element);
   return scratch->data();
+}
+
+// Whether 'buffer' is the request's own input 'name', passed through by the
+// input collector without a copy.
+bool
+InPlace(TRITONBACKEND_Request* request, const char* name, const char* buffer)
+{
+  TRITONBACKEND_Input* input = nullptr;
+  const void* first = nullptr;
+  uint64_t byte_size = 0;
+  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
+  int64_t memory_type_id = 0;
+  TRITONSERVER_Error* err = TRITONBACKEND_RequestInput(request, name, &input);
+  if (err == nullptr) {
+    err = TRITONBACKEND_InputBuffer(
+        input, 0, &first, &byte_size, &memory_type, &memory_type_id);
+  }
+  if (err != nullptr) {
+    TRITONSERVER_ErrorDelete(err);
+    return false;
+  }
+  return first == buffer;
 }
 
 //
@@ -539,6 +564,15 @@ ModelInstanceState::Execute(
   // With GPU support, Finalize may have queued copies on the instance's
   // stream; GPU work below is queued behind them, host work must wait.
   const bool inputs_need_sync = collector.Finalize();
+  // The input bytes this execution copied: the collector gathers the inputs
+  // of several requests into one buffer, while one request's contiguous input
+  // is used in place. Logged at verbose level (tritonserver --log-verbose=1).
+  size_t copied_bytes = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (count != 1 || !InPlace((*requests)[0], names[i], inputs[i])) {
+      copied_bytes += input_byte_sizes[i];
+    }
+  }
 {%- if cookiecutter.gpu %}
 #ifdef TRITON_ENABLE_GPU
   if (inputs_need_sync && !on_gpu) {
@@ -611,10 +645,10 @@ ModelInstanceState::Execute(
     host_outputs_.resize(2 * element_count);
     output0 = host_outputs_.data();
     output1 = output0 + element_count;
-    const Element* input0 =
-        AlignedInput(inputs[0], element_count, &host_inputs_[0]);
-    const Element* input1 =
-        AlignedInput(inputs[1], element_count, &host_inputs_[1]);
+    const Element* input0 = AlignedInput(
+        inputs[0], element_count, &host_inputs_[0], &copied_bytes);
+    const Element* input1 = AlignedInput(
+        inputs[1], element_count, &host_inputs_[1], &copied_bytes);
     times->compute_start_ns = NowNs();
     AddSub(input0, input1, output0, output1, element_count);
     times->compute_end_ns = NowNs();
@@ -623,10 +657,10 @@ ModelInstanceState::Execute(
   host_outputs_.resize(2 * element_count);
   output0 = host_outputs_.data();
   output1 = output0 + element_count;
-  const Element* input0 =
-      AlignedInput(inputs[0], element_count, &host_inputs_[0]);
-  const Element* input1 =
-      AlignedInput(inputs[1], element_count, &host_inputs_[1]);
+  const Element* input0 = AlignedInput(
+      inputs[0], element_count, &host_inputs_[0], &copied_bytes);
+  const Element* input1 = AlignedInput(
+      inputs[1], element_count, &host_inputs_[1], &copied_bytes);
 
   times->compute_start_ns = NowNs();
   AddSub(input0, input1, output0, output1, element_count);
@@ -654,6 +688,14 @@ ModelInstanceState::Execute(
 #else
   (void)outputs_need_sync;
 #endif  // TRITON_ENABLE_GPU
+  if (TRITONSERVER_LogIsEnabled(TRITONSERVER_LOG_VERBOSE)) {
+    LOG_MESSAGE(
+        TRITONSERVER_LOG_VERBOSE,
+        (ModelPrefix(model_state_->Name()) + "executed " +
+         std::to_string(count) + " request(s), copied " +
+         std::to_string(copied_bytes) + " input bytes")
+            .c_str());
+  }
 }
 
 void

@@ -338,8 +338,6 @@ def test_(
                                            "(an image made by tbgen package; nothing built or mounted).")] = False,
 ) -> None:
     """Start a real Triton, load the project's backend and run the smoke suite against it."""
-    from rich.table import Table
-
     from triton_backend_gen.testrun import run_project_tests
     from triton_backend_gen.toolchain.build import parse_sanitizers
 
@@ -351,6 +349,13 @@ def test_(
             raise UsageError("--packaged tests an image made by tbgen package.", "Add --docker --image TAG.")
         report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed, sanitize=parse_sanitizers(sanitize),
                                    docker=docker, image=image, gpu=gpu, packaged=packaged)
+    _report_tests(report, junit_xml)
+
+
+def _report_tests(report, junit_xml: Path | None) -> None:
+    """Print a test run's results (and write them as JUnit XML); exit 1 unless every check passed."""
+    from rich.table import Table
+
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     table = Table(title=f"{report.project.name}: smoke tests against {report.server}", title_justify="left")
@@ -628,8 +633,11 @@ def package(
     console.print(f"[green]Built[/green] {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}",
                   highlight=False)
     if test:
-        test_(project, server=None, junit_xml=None, fuzz=0, seed=0, sanitize=None, docker=True, image=result.tag,
-              gpu=False, packaged=True)
+        from triton_backend_gen.testrun import run_project_tests
+
+        with _user_errors():
+            report = run_project_tests(project, image=result.tag, packaged=True)
+        _report_tests(report, junit_xml=None)
 
 
 @app.command()

@@ -274,6 +274,10 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(re
     triton_sources_or_skip("r24.10")
     project = render_template("cpp-backend", triton_version="24.10")
     build_project(project)
+    # A long queue delay makes the concurrent requests below wait for each other: batches are gathered.
+    config = project / "model_repository" / "add_sub" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dynamic_batching { }",
+                                                 "dynamic_batching { max_queue_delay_microseconds: 200000 }"))
     reference = load_reference(project)
     with prepare_server(project, verbose=True) as triton:
         client = grpcclient.InferenceServerClient(triton.grpc_url)
@@ -296,5 +300,6 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(re
     request_bytes = 2 * 16 * 4  # two FP32 [1, 16] inputs
     assert executions[:3] == [(1, 0)] * 3
     assert sum(n for n, _ in executions) == 3 + 64
+    assert any(n > 1 for n, _ in executions[3:]), executions
     for requests, copied in executions:
         assert copied == (0 if requests == 1 else requests * request_bytes)

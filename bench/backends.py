@@ -56,7 +56,7 @@ def new_project(path: Path, template: str, **answers) -> Path:
     return render_new_project(template, path, {"triton_version": RELEASE, **answers})
 
 
-def add_model(project: Path, name: str, config: str, max_batch_size: int, files: dict[str, bytes] = {}) -> None:
+def add_model(project: Path, name: str, config: str, files: dict[str, bytes] = {}) -> None:
     """A model directory (config.pbtxt, version 1, extra files) and its entry in tbgen.toml."""
     directory = project / "model_repository" / name
     (directory / "1").mkdir(parents=True, exist_ok=True)
@@ -64,7 +64,7 @@ def add_model(project: Path, name: str, config: str, max_batch_size: int, files:
     for relative, data in files.items():
         (directory / relative).write_bytes(data)
     with (project / "tbgen.toml").open("a") as toml:
-        toml.write(f'\n[[models]]\nname = "{name}"\ndecoupled = false\nmax_batch_size = {max_batch_size}\n')
+        toml.write(f'\n[[models]]\nname = "{name}"\ndecoupled = false\n')
 
 
 def config_of(project: Path, model: str) -> str:
@@ -104,14 +104,16 @@ def measure(project: Path, models: list[str], concurrency: list[int], args, inpu
     """Each of ``models`` under the same load, in one server, in the order A B ... B A (so that drift of the
     machine during the run weighs on each alike); {model: BenchReport with each figure averaged}. ``inputs``:
     {model: that model's request} (default: each project's reference.make_inputs)."""
-    from triton_backend_gen.bench import run_bench
-    from triton_backend_gen.runtime.server import prepare_server
+    from triton_backend_gen.commands.bench import run_bench
+    from triton_backend_gen.project import load_project
+    from triton_backend_gen.runtime import prepare_server
 
+    loaded = load_project(project)
     runs: dict[str, list] = {model: [] for model in models}
-    with prepare_server(project) as triton:
+    with prepare_server(loaded) as triton:
         url = f"{triton.http_url},{triton.grpc_url}"
         for model in [*models, *reversed(models)]:
-            runs[model].append(run_bench(project, model=model, url=url, server_pid=triton.pid, concurrency=concurrency,
+            runs[model].append(run_bench(loaded, model=model, url=url, server_pid=triton.pid, concurrency=concurrency,
                                          seconds=args.seconds, tool=args.tool, inputs=(inputs or {}).get(model)))
     return {model: averaged(reports) for model, reports in runs.items()}
 
@@ -137,17 +139,18 @@ def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:
 
 
 def cpp_pairs(scratch: Path, args) -> None:
-    from triton_backend_gen.toolchain.build import build_project
+    from triton_backend_gen.commands.build import build
+    from triton_backend_gen.project import load_project
 
     project = new_project(scratch / "bench-cpp", "cpp-backend")
-    build_project(project)
+    build(load_project(project))
     identity = build_identity(scratch)
     generated = with_batching(config_of(project, "add_sub"), dynamic=True)
     (project / "model_repository" / "add_sub" / "config.pbtxt").write_text(generated)
-    add_model(project, "add_sub_64k", with_dims(generated, SIZES["64k"]), 8)
+    add_model(project, "add_sub_64k", with_dims(generated, SIZES["64k"]))
     reference = with_backend(generated, "identity_ref")
-    add_model(project, "identity_16", reference, 8, {"libtriton_identity_ref.so": identity})
-    add_model(project, "identity_64k", with_dims(reference, SIZES["64k"]), 8, {"libtriton_identity_ref.so": identity})
+    add_model(project, "identity_16", reference, {"libtriton_identity_ref.so": identity})
+    add_model(project, "identity_64k", with_dims(reference, SIZES["64k"]), {"libtriton_identity_ref.so": identity})
     external = add_reference_backend(project, Path(args.reference_backend), generated) if args.reference_backend else None
     for size, (mine, floor) in {"16": ("add_sub", "identity_16"), "64k": ("add_sub_64k", "identity_64k")}.items():
         models = [mine, floor] + ([f"reference_{size}"] if external else [])
@@ -173,15 +176,15 @@ def add_reference_backend(project: Path, directory: Path, generated: str) -> str
                     'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
                     'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n', config, flags=re.DOTALL)
     library = {libraries[0].name: libraries[0].read_bytes()}
-    add_model(project, "reference_16", config, 8, library)
-    add_model(project, "reference_64k", with_dims(config, SIZES["64k"]), 8, library)
+    add_model(project, "reference_16", config, library)
+    add_model(project, "reference_64k", with_dims(config, SIZES["64k"]), library)
     return name
 
 
 def python_pairs(scratch: Path, args) -> None:
     project = new_project(scratch / "bench-py", "python-backend")
     generated = config_of(project, "add_sub")
-    add_model(project, "add_sub_loop", generated, 8, {"1/model.py": PER_REQUEST_LOOP.encode()})
+    add_model(project, "add_sub_loop", generated, {"1/model.py": PER_REQUEST_LOOP.encode()})
     for dynamic in (True, False):
         for model in ("add_sub", "add_sub_loop"):
             (project / "model_repository" / model / "config.pbtxt").write_text(with_batching(generated, dynamic))
@@ -192,10 +195,11 @@ def python_pairs(scratch: Path, args) -> None:
 
 
 def decoupled(scratch: Path, args) -> None:
-    from triton_backend_gen.toolchain.build import build_project
+    from triton_backend_gen.commands.build import build
+    from triton_backend_gen.project import load_project
 
     project = new_project(scratch / "bench-dec", "decoupled-backend", language="cpp")
-    build_project(project)
+    build(load_project(project))
     inputs = {"IN": np.arange(16, dtype=np.int32), "DELAY": np.zeros(16, np.uint32), "WAIT": np.zeros(1, np.uint32)}
     (report,) = measure(project, ["repeat_int32"], [1, 8], args, inputs).values()
     print(f"\nDecoupled C++ repeat, 16 responses per request, no delay  ({report.tool})")

@@ -13,10 +13,12 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "templates"
+# Set by .ci/run once it has filled the source cache: then the C++ tests must find their sources, not skip.
+REQUIRE_SOURCES = "TBGEN_TESTS_REQUIRE_SOURCES"
 
 
 def source_cache_dir() -> Path:
-    """tbgen's cache of Triton sources, as tbgen and ../shared/tools/triton-sources lay it out."""
+    """tbgen's cache of Triton sources ($TBGEN_CACHE_DIR/triton-src), as `tbgen deps fetch|add` lay it out."""
     from triton_backend_gen.toolchain.sources import sources_dir
 
     return sources_dir()
@@ -28,10 +30,14 @@ def triton_sources_or_skip(branch: str) -> Path:
 
     missing = missing_repositories(branch)
     if missing:
-        pytest.skip(
+        reason = (
             f"Triton sources for {branch} are not in {sources_dir() / branch} (missing: {', '.join(missing)}); "
-            "fill the cache with ../shared/tools/triton-sources (or `tbgen deps` once it exists) to run this test"
+            f"fill the cache with `tbgen deps fetch --triton-version {branch}` (or `tbgen deps add --from DIR "
+            f"--triton-version {branch}`) to run this test"
         )
+        if os.environ.get(REQUIRE_SOURCES):  # CI filled the cache: a C++ test that finds nothing is a failure
+            pytest.fail(f"{reason} (${REQUIRE_SOURCES} is set)")
+        pytest.skip(reason)
     return sources_dir() / branch
 
 
@@ -79,9 +85,10 @@ def compiler_cache():
 def build_native(project: Path) -> Path:
     """Build a rendered python-backend's pybind11 extension for this Python with `tbgen build`'s stage function
     (into <project>/build/native); returns its compile commands."""
+    from triton_backend_gen.project import load_project
     from triton_backend_gen.toolchain.build import build_project
 
-    result = build_project(project)
+    result = build_project(load_project(project))
     assert result.artifact is not None and result.log_file is not None
     return result.log_file.parent / "compile_commands.json"
 
@@ -126,8 +133,8 @@ def read_config(project: Path, model: str | None = None):
 @pytest.fixture
 def server_or_skip():
     """The tritonserver tbgen finds (the embedded one in CI), or skip saying why there is none."""
+    from triton_backend_gen.discovery import find_tritonserver
     from triton_backend_gen.errors import ServerError
-    from triton_backend_gen.runtime.discovery import find_tritonserver
 
     try:
         return find_tritonserver()

@@ -1,24 +1,39 @@
-"""tbgen's command line: one small function per command, each calling one stage function.
+"""tbgen's command line: one small function per command, each mapping flags onto one command or stage function.
 
-Heavy modules (cookiecutter, protobuf, tritonclient, docker) are imported inside the commands that need them,
-so ``tbgen --help`` starts fast.
+The stages and commands are imported when a command runs, in one place (:func:`_load`), so that ``tbgen
+--help`` starts without cookiecutter, protobuf, tritonclient or docker. Every piece of user or tool text that
+reaches the console is escaped (it is never read as Rich markup).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
+import time
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.prompt import Confirm, Prompt
+from rich.table import Table
 
-from triton_backend_gen import __version__
-from triton_backend_gen.errors import TbgenError
+from triton_backend_gen import __version__, versions
+from triton_backend_gen.errors import ServerError, TbgenError, UsageError
+from triton_backend_gen.project import Project, load_project, load_project_or_none
 
 if TYPE_CHECKING:
     from triton_backend_gen.errors import AnswerError
     from triton_backend_gen.scaffold.templates import Option
+
+
+def _load(module: str) -> ModuleType:
+    """The one lazy import of the CLI: a stage or command module of tbgen, when a command needs it."""
+    return importlib.import_module(f"triton_backend_gen.{module}")
 
 app = typer.Typer(
     name="tbgen",
@@ -33,8 +48,10 @@ deps_app = typer.Typer(help="Triton's core/common/backend sources in tbgen's cac
                        no_args_is_help=True)
 app.add_typer(deps_app, name="deps")
 
-console = Console()
-err_console = Console(stderr=True)
+# Not on a terminal (CI logs, pipes) Rich would cut tables at 80 columns: print full values there instead.
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 4096
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
 
 
 def _version_callback(value: bool) -> None:
@@ -56,8 +73,6 @@ class RichPrompter:
     """Asks for answers on a terminal with Rich prompts."""
 
     def ask(self, option: Option, default: Any) -> Any:
-        from rich.prompt import Confirm, Prompt
-
         if option.kind is bool:
             return Confirm.ask(option.help, default=bool(default), console=console)
         if option.choices:
@@ -65,7 +80,7 @@ class RichPrompter:
         return Prompt.ask(option.help, default=str(default), console=console)
 
     def show_error(self, error: AnswerError) -> None:
-        console.print(f"[red]{error.message}[/red] {error.hint}")
+        console.print(f"[red]{escape(error.message)}[/red] {escape(error.hint)}")
 
 
 @app.command()
@@ -92,49 +107,40 @@ def new(
     ] = False,
 ) -> None:
     """Create a backend project from a template."""
-    from triton_backend_gen.scaffold import read_answers_file, render_new_project
-    from triton_backend_gen.scaffold.answers import parse_set_options
-
+    scaffold = _load("scaffold")
     with _user_errors():
-        given: dict[str, Any] = read_answers_file(answers_file) if answers_file else {}
+        given: dict[str, Any] = scaffold.read_answers_file(answers_file) if answers_file else {}
         flags = {"gpu": gpu, "triton_version": triton_version, "backend_name": backend_name, "model_name": model_name}
         given.update({key: value for key, value in flags.items() if value is not None})
-        given.update(parse_set_options(set_ or []))
+        given.update(scaffold.parse_set_options(set_ or []))
         interactive = not no_input and sys.stdin.isatty()
         template = template or given.pop("template", None) or _ask_template(interactive)
         given.pop("template", None)
         prompter = RichPrompter() if interactive else None
-        project = render_new_project(template, path, given, force=force, prompter=prompter)
-    console.print(f"[green]Created[/green] {project} from [bold]{template}[/bold]")
-    console.print(f"Next: cd {path} and read README.md")
+        project = scaffold.render_new_project(template, path, given, force=force, prompter=prompter)
+    console.print(f"[green]Created[/green] {escape(str(project))} from [bold]{escape(template)}[/bold]",
+                  highlight=False)
+    console.print(f"Next: cd {escape(str(path))} and read README.md", highlight=False)
 
 
 def _ask_template(interactive: bool) -> str:
-    from triton_backend_gen.scaffold import list_templates
-
-    names = [t.name for t in list_templates()]
     if not interactive:
         return "cpp-backend"
-    from rich.prompt import Prompt
-
+    names = [t.name for t in _load("scaffold").list_templates()]
     return Prompt.ask("Template", choices=names, default="cpp-backend", console=console)
 
 
 @templates_app.command("list")
 def templates_list() -> None:
     """Show the templates, their options and defaults."""
-    from rich.table import Table
-
-    from triton_backend_gen.scaffold import list_templates
-
-    for spec in list_templates():
-        table = Table(title=f"{spec.name} {spec.version}: {spec.description}", title_justify="left")
+    for spec in _load("scaffold").list_templates():
+        table = Table(title=escape(f"{spec.name} {spec.version}: {spec.description}"), title_justify="left")
         table.add_column("option")
         table.add_column("default")
         table.add_column("choices / type")
         for option in spec.options:
             choices = ", ".join(option.choices) if option.choices else option.kind.__name__
-            table.add_row(option.key, str(option.default), choices)
+            table.add_row(escape(option.key), escape(str(option.default)), escape(choices))
         console.print(table)
 
 
@@ -153,14 +159,9 @@ def templates_check(
     ] = None,
 ) -> None:
     """Render every template over its option matrix and check the results."""
-    from rich.markup import escape
-
-    from triton_backend_gen import versions as matrix
-    from triton_backend_gen.template_check import check_templates
-
     with _user_errors():
-        releases = [matrix.resolve(v).container for v in triton_version or []]
-        report = check_templates(template or None, build=build, smoke=smoke, releases=releases,
+        releases = [versions.resolve(v).container for v in triton_version or []]
+        report = _load("commands.templates_check").check_templates(template or None, build=build, smoke=smoke, releases=releases,
                                  progress=lambda line: console.print(line, markup=False, highlight=False))
     for skipped in report.skipped:
         console.print(f"[yellow]SKIP[/yellow] {escape(skipped)}", highlight=False)
@@ -172,17 +173,13 @@ def templates_check(
     raise typer.Exit(1 if report.failures else 0)
 
 
-@app.command()
-def versions() -> None:
+@app.command("versions")
+def versions_() -> None:
     """Show the supported Triton releases and what each implies."""
-    from rich.table import Table
-
-    from triton_backend_gen import versions as matrix
-
     table = Table(title="Triton releases (newest is the default)", title_justify="left")
     for column in ("release", "branch", "server", "python", "CUDA", "backend API", "server API", "CUDA archs", "CMake"):
         table.add_column(column)
-    for r in matrix.RELEASES:
+    for r in versions.RELEASES:
         table.add_row(
             r.container, r.branch, r.server_version, r.python, r.cuda,
             "%d.%d" % r.backend_api, "%d.%d" % r.server_api, ";".join(r.cuda_architectures), f">= {r.min_cmake}",
@@ -195,23 +192,18 @@ def validate(
     path: Annotated[Path, typer.Argument(help="A project, a model repository or one config.pbtxt.")] = Path("."),
 ) -> None:
     """Validate every config.pbtxt under PATH with Triton's ModelConfig schema and semantic checks."""
-    from triton_backend_gen.model_config import validate_tree
-    from triton_backend_gen.runtime.discovery import gpus_visible
-
     with _user_errors():
         if not path.exists():
-            from triton_backend_gen.errors import UsageError
-
             raise UsageError(f"{path} does not exist.", "Pass a project, a model repository or a config.pbtxt.")
-        findings = validate_tree(path, gpus_visible=gpus_visible())
+        findings = _load("model_config").validate_tree(path, gpus_visible=_load("discovery").gpus_visible())
     for finding in findings:
         colour = "red" if finding.severity == "error" else "yellow"
-        console.print(f"[{colour}]{finding}[/]", highlight=False)
+        console.print(f"[{colour}]{escape(str(finding))}[/]", highlight=False)
     errors = sum(1 for f in findings if f.severity == "error")
     if errors:
         console.print(f"[red]{errors} error(s)[/red]")
         raise typer.Exit(1)
-    console.print(f"[green]OK[/green] {path}")
+    console.print(f"[green]OK[/green] {escape(str(path))}", highlight=False)
 
 
 ServerPath = Annotated[
@@ -227,6 +219,11 @@ ImageOption = Annotated[
 ]
 GpuRequestOption = Annotated[
     bool, typer.Option("--gpu", help="With --docker: give the container the GPUs (needs the NVIDIA runtime).")
+]
+InstanceKindOption = Annotated[
+    Optional[str], typer.Option("--instance-kind", help="cpu, gpu or model (default): serve a copy of the models "
+                                "with every instance group of that kind (your config.pbtxt files stay as they are); "
+                                "cpu runs a --gpu project on a machine without a GPU.")
 ]
 SanitizeOption = Annotated[
     Optional[str], typer.Option("--sanitize", help="Build the C++ backend with sanitizers: address,undefined "
@@ -246,15 +243,17 @@ def serve(
     docker: DockerOption = False,
     image: ImageOption = None,
     gpu: GpuRequestOption = False,
+    instance_kind: InstanceKindOption = None,
 ) -> None:
     """Start Triton on the project's model repository until Ctrl-C."""
-    from triton_backend_gen.runtime.server import start_server, stop_on_signals
-
-    with _user_errors(), stop_on_signals():
+    signals = _load("signals")
+    with _user_errors(), signals.stop_on_signals():
         _check_docker_options(docker, image, gpu)
-        triton = start_server(
-            project, server=server, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+        target = load_project_or_none(project) or project
+        triton = _load("runtime").start_server(
+            target, server=server, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
             host=host, verbose=verbose, docker=docker, image=image, gpu=gpu,
+            instance_kind=_instance_kind(instance_kind),
         )
         with triton:
             _print_server(triton)
@@ -263,9 +262,11 @@ def serve(
     console.print("Server stopped.")
 
 
-def _check_docker_options(docker: bool, image: str | None, gpu: bool) -> None:
-    from triton_backend_gen.errors import UsageError
+def _instance_kind(text: str | None) -> str | None:
+    return _load("runtime.instance_kind").parse_instance_kind(text)
 
+
+def _check_docker_options(docker: bool, image: str | None, gpu: bool) -> None:
     if image and not docker:
         raise UsageError("--image names the image for --docker.", "Add --docker, or drop --image.")
     if gpu and not docker:
@@ -275,10 +276,6 @@ def _check_docker_options(docker: bool, image: str | None, gpu: bool) -> None:
 
 def _wait_while_running(triton, follow_log: bool) -> None:
     """Block until Ctrl-C (or SIGTERM); with ``follow_log``, print the server log as it grows."""
-    import time
-
-    from triton_backend_gen.errors import ServerError
-
     position = 0
     while triton.running:
         if follow_log:
@@ -294,33 +291,32 @@ def _wait_while_running(triton, follow_log: bool) -> None:
     )
 
 
-def _print_server(triton) -> None:
-    from rich.table import Table
+def _print_notes(warnings: list[str], notes: list[str]) -> None:
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+    for note in notes:
+        console.print(f"[dim]note:[/dim] {escape(note)}", highlight=False)
 
-    for warning in triton.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    console.print(triton.describe(), highlight=False)
+
+def _print_server(triton) -> None:
+    _print_notes(triton.warnings, triton.notes)
+    console.print(escape(triton.describe()), highlight=False)
     endpoints = Table(title="Endpoints", title_justify="left")
     for column in ("protocol", "address"):
         endpoints.add_column(column)
     endpoints.add_row("HTTP", triton.http_url)
     endpoints.add_row("gRPC", triton.grpc_url)
-    endpoints.add_row("metrics", triton.metrics_url)
+    endpoints.add_row("metrics", f"http://{triton.metrics_url}/metrics")
     console.print(endpoints)
     models = Table(title="Models", title_justify="left")
     for column in ("model", "version", "state", "reason"):
         models.add_column(column)
     for m in triton.model_states():
         colour = "green" if m.state == "READY" else "red"
-        models.add_row(m.name, m.version, f"[{colour}]{m.state or 'not loaded'}[/]", escape_markup(m.reason))
+        models.add_row(escape(m.name), escape(m.version), f"[{colour}]{escape(m.state or 'not loaded')}[/]",
+                       escape(m.reason))
     console.print(models)
-    console.print(f"Log: {triton.log_file}", highlight=False)
-
-
-def escape_markup(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+    console.print(f"Log: {escape(str(triton.log_file))}", highlight=False)
 
 
 @app.command("test")
@@ -336,43 +332,38 @@ def test_(
     gpu: GpuRequestOption = False,
     packaged: Annotated[bool, typer.Option("--packaged", help="With --docker --image: test the image as it is "
                                            "(an image made by tbgen package; nothing built or mounted).")] = False,
+    instance_kind: InstanceKindOption = None,
 ) -> None:
     """Start a real Triton, load the project's backend and run the smoke suite against it."""
-    from triton_backend_gen.testrun import run_project_tests
-    from triton_backend_gen.toolchain.build import parse_sanitizers
-
     with _user_errors():
         _check_docker_options(docker, image, gpu)
         if packaged and not (docker and image):
-            from triton_backend_gen.errors import UsageError
-
             raise UsageError("--packaged tests an image made by tbgen package.", "Add --docker --image TAG.")
-        report = run_project_tests(project, server=server, fuzz=fuzz, seed=seed, sanitize=parse_sanitizers(sanitize),
-                                   docker=docker, image=image, gpu=gpu, packaged=packaged)
+        sanitizers = _load("toolchain.build").parse_sanitizers(sanitize)
+        kind = _instance_kind(instance_kind)
+        report = _load("commands.test").run_project_tests(
+            load_project(project), server=server, fuzz=fuzz, seed=seed, sanitize=sanitizers, docker=docker,
+            image=image, gpu=gpu, packaged=packaged, instance_kind=kind)
     _report_tests(report, junit_xml)
 
 
 def _report_tests(report, junit_xml: Path | None) -> None:
     """Print a test run's results (and write them as JUnit XML); exit 1 unless every check passed."""
-    from rich.table import Table
-
-    for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    table = Table(title=f"{report.project.name}: smoke tests against {report.server}", title_justify="left")
+    _print_notes(report.warnings, report.notes)
+    table = Table(title=escape(f"{report.project.name}: smoke tests against {report.server}"), title_justify="left")
     for column in ("check", "protocol", "result", "detail", "seconds"):
         table.add_column(column)
     for r in report.results:
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
-        table.add_row(r.name, r.protocol, verdict, escape_markup(r.detail), f"{r.seconds:.2f}")
+        table.add_row(escape(r.name), r.protocol, verdict, escape(r.detail), f"{r.seconds:.2f}")
     console.print(table)
     if junit_xml:
-        from triton_backend_gen.smoke import write_junit_xml
-
-        write_junit_xml(report.results, junit_xml, suite=report.project.name)
-        console.print(f"JUnit XML: {junit_xml}", highlight=False)
+        _load("smoke").write_junit_xml(report.results, junit_xml, suite=report.project.name)
+        console.print(f"JUnit XML: {escape(str(junit_xml))}", highlight=False)
     failed = sum(not r.passed for r in report.results)
     colour = "red" if failed else "green"
-    console.print(f"[{colour}]{len(report.results) - failed} passed, {failed} failed[/]  (server log: {report.log_file})")
+    console.print(f"[{colour}]{len(report.results) - failed} passed, {failed} failed[/]  (server log: "
+                  f"{escape(str(report.log_file))})", highlight=False)
     raise typer.Exit(1 if failed or not report.results else 0)
 
 
@@ -386,15 +377,16 @@ def infer(
     project: Annotated[Path, typer.Option("--project", help="The project whose server to start.")] = Path("."),
     url: Annotated[Optional[str], typer.Option("--url", help="Use a running server (HTTP host:port) instead.")] = None,
     server: ServerPath = None,
+    instance_kind: InstanceKindOption = None,
 ) -> None:
     """Send one request and print the outputs."""
-    from triton_backend_gen.infer import infer_once
-
     with _user_errors():
-        outputs = infer_once(model, input_ or [], project=project, url=url, server=server)
+        outputs = _load("commands.infer").infer_once(
+            model, input_ or [], project=load_project_or_none(project), url=url, server=server,
+            instance_kind=_instance_kind(instance_kind))
     for name, array in outputs.items():
-        console.print(f"[bold]{name}[/bold] {array.dtype} {list(array.shape)}")
-        console.print(array, highlight=False)
+        console.print(f"[bold]{escape(name)}[/bold] {array.dtype} {list(array.shape)}", highlight=False)
+        console.print(escape(str(array)), highlight=False)
 
 
 @app.command()
@@ -407,23 +399,21 @@ def doctor(
 ) -> None:
     """Check what tbgen needs (CMake, compiler, Ninja, RapidJSON, googletest, nvcc, Triton's sources, servers,
     Docker) and print the command that fixes each missing piece."""
-    from rich.table import Table
-
-    from triton_backend_gen.doctor import FAIL, OK, diagnose
-
+    doctor_ = _load("commands.doctor")
+    FAIL, OK = doctor_.FAIL, doctor_.OK
     with _user_errors():
-        diagnoses = diagnose(server, triton_version)
+        diagnoses = doctor_.diagnose(server, _project_here(), triton_version)
     table = Table(title="What tbgen needs, and how to fix what is missing", title_justify="left")
     for column in ("check", "status", "found", "fix"):
         table.add_column(column)
     colours = {OK: "green", FAIL: "red"}
     for d in diagnoses:
         colour = colours.get(d.status, "yellow")
-        table.add_row(d.name, f"[{colour}]{d.status}[/]", escape_markup(d.found), escape_markup(d.fix))
+        table.add_row(escape(d.name), f"[{colour}]{d.status}[/]", escape(d.found), escape(d.fix))
     console.print(table)
     failed = [d.name for d in diagnoses if d.failed]
     if failed:
-        console.print(f"[red]Missing what tbgen requires:[/red] {', '.join(failed)}; run the fix shown for each.")
+        console.print(f"[red]Missing what tbgen requires:[/red] {escape(', '.join(failed))}; run the fix shown for each.")
         raise typer.Exit(1)
 
 
@@ -447,13 +437,11 @@ def deps_fetch(
     force: Annotated[bool, typer.Option("--force", help="Replace a cached release.")] = False,
 ) -> None:
     """Clone core, common and backend at the release branch (and googletest) into tbgen's cache."""
-    from triton_backend_gen.toolchain.sources import fetch_sources, target_release
-
     with _user_errors():
-        release, _ = target_release(triton_version)
-        entry = fetch_sources(release, organization=organization, force=force, googletest=googletest,
+        release = _release(triton_version)
+        entry = _load("toolchain.sources").fetch_sources(release, organization=organization, force=force, googletest=googletest,
                               googletest_url=googletest_url, progress=lambda line: console.print(line, markup=False))
-    console.print(f"[green]Cached[/green] {release.branch} in {entry}", highlight=False)
+    console.print(f"[green]Cached[/green] {release.branch} in {escape(str(entry))}", highlight=False)
 
 
 @deps_app.command("add")
@@ -463,26 +451,37 @@ def deps_add(
     force: Annotated[bool, typer.Option("--force", help="Replace a cached release.")] = False,
 ) -> None:
     """Register Triton sources you already have (air-gapped sites): they are checked and copied into the cache."""
-    from triton_backend_gen.toolchain.sources import add_sources, target_release
-
     with _user_errors():
-        release, _ = target_release(triton_version)
-        entry = add_sources(from_, release, force=force)
-    console.print(f"[green]Cached[/green] {release.branch} in {entry}", highlight=False)
+        release = _release(triton_version)
+        entry = _load("toolchain.sources").add_sources(from_, release, force=force)
+    console.print(f"[green]Cached[/green] {release.branch} in {escape(str(entry))}", highlight=False)
+
+
+def _project_here() -> Project | None:
+    """The project the current directory is in (None outside one, or when its tbgen.toml is unreadable)."""
+    try:
+        return load_project_or_none(Path.cwd())
+    except TbgenError:
+        return None
+
+
+def _release(spec: str | None) -> versions.Release:
+    """The release --triton-version names, else the project's here, else the newest."""
+    project = _project_here()
+    return versions.target_release(spec, project.release if project is not None else None)[0]
 
 
 @deps_app.command("list")
 def deps_list() -> None:
     """Show the cached releases, each repository's commit (or "archive" for a tree without git)."""
-    from rich.table import Table
-
-    from triton_backend_gen.toolchain.sources import GOOGLETEST, REPOSITORIES, list_sources, sources_dir
-
-    entries = list_sources()
+    sources = _load("toolchain.sources")
+    GOOGLETEST, REPOSITORIES = sources.GOOGLETEST, sources.REPOSITORIES
+    entries = sources.list_sources()
     if not entries:
-        console.print(f"No Triton sources cached in {sources_dir()}. Fill it with `tbgen deps fetch`.", highlight=False)
+        console.print(f"No Triton sources cached in {escape(str(sources.sources_dir()))}. Fill it with `tbgen deps "
+                      "fetch`, or `tbgen deps add --from DIR`.", highlight=False)
         return
-    table = Table(title=f"Triton sources in {sources_dir()}", title_justify="left")
+    table = Table(title=escape(f"Triton sources in {sources.sources_dir()}"), title_justify="left")
     for column in ("release", *REPOSITORIES, GOOGLETEST, "complete"):
         table.add_column(column)
     for entry in entries:
@@ -507,36 +506,35 @@ def build(
     image: ImageOption = None,
 ) -> None:
     """Configure, build and install the project's backend (or native extension), then check the library."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from triton_backend_gen.toolchain.build import build_project, parse_sanitizers
-
     columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}", markup=False))
     with _user_errors(), Progress(*columns, console=console, transient=True) as bar:
         _check_docker_options(docker, image, gpu=False)
+        sanitizers = _load("toolchain.build").parse_sanitizers(sanitize)
+        loaded = load_project(project)
         task = bar.add_task("configuring", total=None)
 
         def progress(done: int, total: int, line: str) -> None:
             bar.update(task, completed=done, total=total, description=line[:80])
 
-        result = build_project(project, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean, progress=progress,
-                               server=server, sanitize=parse_sanitizers(sanitize), docker=docker, image=image)
+        result = _load("commands.build").build(loaded, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean,
+                                               progress=progress, server=server, sanitize=sanitizers, docker=docker,
+                                               image=image)
     for note in result.notes:
-        console.print(f"[dim]note:[/dim] {escape_markup(note)}", highlight=False)
+        console.print(f"[dim]note:[/dim] {escape(note)}", highlight=False)
     if result.artifact is None:
         raise typer.Exit(0)
     verb = "Built" if result.work_done else "Up to date:"
-    console.print(f"[green]{verb}[/green] {result.artifact}  ({result.seconds:.1f}s, log: {result.log_file})",
-                  highlight=False)
+    console.print(f"[green]{verb}[/green] {escape(str(result.artifact))}  ({result.seconds:.1f}s, log: "
+                  f"{escape(str(result.log_file))})", highlight=False)
     _print_findings(result.findings)
     raise typer.Exit(1 if result.errors else 0)
 
 
 def _print_findings(findings) -> None:
     for finding in findings:
-        colour = "red" if finding.severity == "error" else "dim"
-        console.print(f"[{colour}]{finding.severity}:[/] {escape_markup(finding.message)}", highlight=False)
+        colour = {"error": "red", "warning": "yellow"}.get(finding.severity, "dim")
+        console.print(f"[{colour}]{finding.severity}:[/] {escape(finding.message)}", highlight=False)
 
 
 @app.command()
@@ -545,11 +543,10 @@ def check(
     server: ServerPath = None,
 ) -> None:
     """Check a built backend library: its exports, its imports against the server, its dependencies."""
-    from triton_backend_gen.toolchain.symbols import check_project
-
     with _user_errors():
-        report = check_project(project, server=server)
-    console.print(f"{report.library}" + (f" against {report.server}" if report.server else ""), highlight=False)
+        report = _load("commands.build").check(project, server=server)
+    console.print(escape(f"{report.library}" + (f" against {report.server}" if report.server else "")),
+                  highlight=False)
     _print_findings(report.findings)
     if report.errors:
         console.print(f"[red]{len(report.errors)} error(s)[/red]")
@@ -573,20 +570,19 @@ def bench(
     compare_with: Annotated[Optional[Path], typer.Option("--compare", help="A report of an earlier run (--json): "
                                                          "print this run's ratios to it.")] = None,
     server: ServerPath = None,
+    instance_kind: InstanceKindOption = None,
 ) -> None:
     """Load a model at several concurrency levels: throughput, latency percentiles, server queue/compute, CPU."""
-    from rich.table import Table
-
-    from triton_backend_gen.bench import BenchReport, compare, parse_concurrency, parse_duration, run_bench
-
+    stats = _load("bench.stats")
     with _user_errors():
-        levels, seconds = parse_concurrency(concurrency), parse_duration(duration)
-        other = BenchReport.read(compare_with) if compare_with else None
-        report = run_bench(project, model=model, protocol=protocol, concurrency=levels, seconds=seconds,
-                           batch_size=batch_size, tool=tool, url=url, server=server,
-                           progress=lambda line: console.print(line, markup=False, highlight=False))
-    table = Table(title=f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against "
-                  f"{report.server}", title_justify="left")
+        levels, seconds = stats.parse_concurrency(concurrency), stats.parse_duration(duration)
+        other = stats.BenchReport.read(compare_with) if compare_with else None
+        report = _load("commands.bench").run_bench(
+            load_project(project), model=model, protocol=protocol, concurrency=levels, seconds=seconds,
+            batch_size=batch_size, tool=tool, url=url, server=server, instance_kind=_instance_kind(instance_kind),
+            progress=lambda line: console.print(line, markup=False, highlight=False))
+    table = Table(title=escape(f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) "
+                               f"against {report.server}"), title_justify="left")
     decoupled = any(level.responses_per_s for level in report.levels)
     columns = ["conc", "infer/s", *(["resp/s"] if decoupled else []), "p50", "p90", "p99", "queue", "compute",
                "client CPU", "server CPU", "errors"]
@@ -603,12 +599,12 @@ def bench(
                   "CPU: share of one core over the level (client and server share this machine's cores).[/dim]")
     if json_file:
         report.write(json_file)
-        console.print(f"JSON: {json_file}", highlight=False)
+        console.print(f"JSON: {escape(str(json_file))}", highlight=False)
     if other is not None:
-        ratios = Table(title=f"This run / {compare_with}", title_justify="left")
+        ratios = Table(title=escape(f"This run / {compare_with}"), title_justify="left")
         for column in ("concurrency", "throughput", "p50 latency", "p99 latency"):
             ratios.add_column(column, justify="right")
-        for ratio in compare(report, other):
+        for ratio in stats.compare(report, other):
             ratios.add_row(str(ratio.concurrency), f"{ratio.throughput:.2f}x", f"{ratio.p50:.2f}x", f"{ratio.p99:.2f}x")
         console.print(ratios)
 
@@ -624,19 +620,17 @@ def package(
                                        "image.")] = False,
 ) -> None:
     """Build the project's Dockerfile into a deployable image: the server, the backend and /models."""
-    from triton_backend_gen.package import package_project
-
     with _user_errors():
-        result = package_project(project, tag=image_tag, base_image=base_image,
-                                 progress=lambda line: console.print(line[:100], markup=False, highlight=False))
+        loaded = load_project(project)
+        result = _load("commands.package").package_project(
+            loaded, tag=image_tag, base_image=base_image,
+            progress=lambda line: console.print(line[:100], markup=False, highlight=False))
     source = "Triton's sources from tbgen's cache" if result.offline else "the Dockerfile as it is"
-    console.print(f"[green]Built[/green] {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}",
+    console.print(escape(f"Built {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}"),
                   highlight=False)
     if test:
-        from triton_backend_gen.testrun import run_project_tests
-
         with _user_errors():
-            report = run_project_tests(project, image=result.tag, packaged=True)
+            report = _load("commands.test").run_project_tests(loaded, image=result.tag, packaged=True)
         _report_tests(report, junit_xml=None)
 
 
@@ -646,15 +640,12 @@ def clean(
                                              "label (left behind by a killed tbgen).")] = False,
 ) -> None:
     """Remove what tbgen left behind."""
-    from triton_backend_gen.errors import UsageError
-
     with _user_errors():
         if not containers:
             raise UsageError("Say what to clean.", "tbgen clean --containers")
-        from triton_backend_gen.runtime.container import connect, remove_containers, tbgen_containers
-
-        removed = remove_containers(tbgen_containers(connect()))
-    console.print(f"Removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}.",
+        engine = _load("engine")
+        removed = engine.remove_containers(engine.tbgen_containers(engine.connect()))
+    console.print(escape(f"Removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}."),
                   highlight=False)
 
 
@@ -668,9 +659,9 @@ class _user_errors:
         if exc is None:
             return False
         if isinstance(exc, TbgenError):
-            err_console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False)
+            err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False)
             if exc.hint:
-                err_console.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+                err_console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
             raise typer.Exit(exc.exit_code)
         if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM/SIGHUP turned into one by the runtime
             err_console.print("[yellow]interrupted[/yellow]")

@@ -1,26 +1,62 @@
-"""Read ``tbgen.toml``, the contract between tbgen's stages (see docs/templates.md).
+"""The project: ``tbgen.toml`` read once into a typed :class:`Project` (the contract between tbgen's stages).
 
-Every stage after ``tbgen new`` takes a :class:`Project` from :func:`load_project` instead of looking at
-the project's files again.
+Every stage after ``tbgen new`` takes a :class:`Project` from :func:`load_project` and asks it for what it
+needs: the backend's kind, the release (a :class:`versions.Release`), the models, and every path under the
+project (build tree, installed library, server log ...). Nothing else reads tbgen.toml or rebuilds a path.
+
+    <root>/tbgen.toml              the manifest (see docs/templates.md)
+    <root>/model_repository/       the models (``model_repository``)
+    <root>/build/                  CMake's tree of a C++ build (``build_dir``)
+    <root>/build/install/          what it installs; backends/<backend>/libtriton_<backend>.so (``library``)
+    <root>/build/sanitize/         a --sanitize build (``sanitize_build_dir``)
+    <root>/build/native/           a python project's pybind11 extension (``native_build_dir``)
+    <root>/build/docker/<image>/   a --docker build (``docker_build_dir(image)``)
+    <root>/build/tbgen/            the runtime's: backend tree, server log, run copies (``runtime_dir``)
 """
 
 from __future__ import annotations
 
+import enum
+import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triton_backend_gen.errors import ProjectError
+from triton_backend_gen import versions
+from triton_backend_gen.errors import ProjectError, UnknownReleaseError, UsageError
 
 PROJECT_FILE = "tbgen.toml"
 
 
+class BackendKind(enum.Enum):
+    """What serves the project's models."""
+
+    CPP = "cpp"  # a C++ backend library built by CMake (cpp-backend, decoupled-backend with language=cpp)
+    PYTHON = "python"  # models of Triton's python backend (python-backend, decoupled-backend with language=python)
+    PYTHON_BASED = "python-based"  # a Python-based backend: backends/<backend>/model.py beside the python backend
+
+
 @dataclass(frozen=True)
 class ModelEntry:
+    """One model of the project's repository (a ``[[models]]`` entry)."""
+
     name: str
+    directory: Path  # <model_repository>/<name>
     decoupled: bool = False
-    max_batch_size: int = 0
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "config.pbtxt"
+
+
+@dataclass(frozen=True)
+class NativeSpec:
+    """A python project's pybind11 extension (the ``[native]`` table): built by `tbgen build`."""
+
+    source_dir: Path
+    module: str
+    install_dir: Path
 
 
 @dataclass(frozen=True)
@@ -30,18 +66,89 @@ class Project:
     template_version: str
     name: str
     backend: str
-    language: str  # "cpp" or "python"
-    triton_version: str
+    kind: BackendKind
+    release: versions.Release
     gpu: bool
     model_repository: Path
     models: tuple[ModelEntry, ...]
-    answers: dict[str, Any] = field(default_factory=dict)
-    native: dict[str, str] = field(default_factory=dict)  # python-backend's [native] table, empty without one
+    native: NativeSpec | None = None
+    python_based_dir: Path | None = None  # backends/<backend> of a Python-based backend
+
+    # --- what it is ----------------------------------------------------------------------------------------
+    @property
+    def is_cpp(self) -> bool:
+        return self.kind is BackendKind.CPP
+
+    @property
+    def decoupled(self) -> bool:
+        return any(model.decoupled for model in self.models)
+
+    def model(self, name: str | None) -> ModelEntry:
+        """The model called ``name`` (the first model for None); UsageError naming the models otherwise."""
+        if not self.models:
+            raise ProjectError(f"{self.project_file} lists no models.", "Add a [[models]] entry (see docs/templates.md).")
+        for model in self.models:
+            if name in (None, model.name):
+                return model
+        raise UsageError(f"{self.name} has no model {name!r}.",
+                         f"Its models: {', '.join(m.name for m in self.models)}.")
+
+    # --- where things are ------------------------------------------------------------------------------------
+    @property
+    def project_file(self) -> Path:
+        return self.root / PROJECT_FILE
+
+    @property
+    def reference_file(self) -> Path:
+        return self.root / "reference.py"
+
+    @property
+    def build_dir(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def install_dir(self) -> Path:
+        return self.build_dir / "install"
+
+    @property
+    def installed_backend_dir(self) -> Path:
+        return self.install_dir / "backends" / self.backend
+
+    @property
+    def library(self) -> Path:
+        """The installed C++ backend library."""
+        return self.installed_backend_dir / f"libtriton_{self.backend}.so"
+
+    @property
+    def sanitize_build_dir(self) -> Path:
+        return self.build_dir / "sanitize"
+
+    @property
+    def native_build_dir(self) -> Path:
+        return self.build_dir / "native"
+
+    def docker_build_dir(self, image: str) -> Path:
+        """The CMake tree of a build in ``image`` (each image gets its own)."""
+        return self.build_dir / "docker" / image_slug(image)
+
+    @property
+    def runtime_dir(self) -> Path:
+        """The runtime's own directory (backend tree, logs, run copies); `tbgen build --clean` keeps it."""
+        return self.build_dir / "tbgen"
+
+    @property
+    def server_log(self) -> Path:
+        return self.runtime_dir / "server.log"
+
+
+def image_slug(image: str) -> str:
+    """A directory name for a container image."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", image).strip("_")
 
 
 def find_project_root(start: Path) -> Path | None:
     """The nearest directory at or above ``start`` that holds a tbgen.toml, or None."""
-    start = start.resolve()
+    start = Path(start).resolve()
     for candidate in (start, *start.parents):
         if (candidate / PROJECT_FILE).is_file():
             return candidate
@@ -58,30 +165,46 @@ def load_project(path: Path) -> Project:
         )
     file = root / PROJECT_FILE
     try:
-        data = tomllib.loads(file.read_text())
-        meta, proj = data["tbgen"], data["project"]
-        models = tuple(
-            ModelEntry(m["name"], bool(m.get("decoupled", False)), int(m.get("max_batch_size", 0)))
-            for m in data.get("models", [])
-        )
-        return Project(
-            root=root,
-            template=meta["template"],
-            template_version=meta["template_version"],
-            name=proj["name"],
-            backend=proj["backend"],
-            language=proj["language"],
-            triton_version=proj["triton_version"],
-            gpu=bool(proj.get("gpu", False)),
-            model_repository=root / proj.get("model_repository", "model_repository"),
-            models=models,
-            answers=dict(data.get("answers", {})),
-            native=dict(data.get("native", {})),
-        )
+        return parse_project(root, tomllib.loads(file.read_text()))
     except tomllib.TOMLDecodeError as err:
         raise ProjectError(f"{file} is not valid TOML: {err}", "Fix the file or render the project again.") from err
-    except (KeyError, TypeError, ValueError) as err:
+    except UnknownReleaseError as err:
+        raise ProjectError(f"{file}: {err.message}", err.hint) from err
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProjectError(
             f"{file} lacks or mistypes the entry {err}.",
             "Compare it with docs/templates.md, or render the project again with `tbgen new --force`.",
         ) from err
+
+
+def load_project_or_none(path: Path) -> Project | None:
+    """The project at or above ``path``, or None when there is none (a bare model repository)."""
+    return load_project(path) if find_project_root(path) is not None else None
+
+
+def parse_project(root: Path, data: dict[str, Any]) -> Project:
+    """A Project from tbgen.toml's tables (KeyError/TypeError/ValueError on a missing or mistyped entry)."""
+    meta, proj = data["tbgen"], data["project"]
+    repository = root / str(proj.get("model_repository", "model_repository"))
+    based = data.get("python_based_backend")
+    language = str(proj["language"])
+    if language not in ("cpp", "python"):
+        raise ValueError(f"project.language = {language!r} (cpp or python)")
+    kind = BackendKind.CPP if language == "cpp" else BackendKind.PYTHON_BASED if based else BackendKind.PYTHON
+    native = data.get("native")
+    return Project(
+        root=root,
+        template=str(meta["template"]),
+        template_version=str(meta["template_version"]),
+        name=str(proj["name"]),
+        backend=str(proj["backend"]),
+        kind=kind,
+        release=versions.resolve(str(proj["triton_version"])),
+        gpu=bool(proj.get("gpu", False)),
+        model_repository=repository,
+        models=tuple(ModelEntry(str(m["name"]), repository / str(m["name"]), bool(m.get("decoupled", False)))
+                     for m in data.get("models", [])),
+        native=NativeSpec(root / native["source_dir"], str(native["module"]), root / native["install_dir"])
+        if native else None,
+        python_based_dir=root / str(based.get("dir", f"backends/{proj['backend']}")) if based else None,
+    )

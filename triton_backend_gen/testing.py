@@ -6,19 +6,24 @@
   when a model of the repository does not load, showing the server log's relevant lines.
 - ``tbgen_project``: a factory that renders one of tbgen's templates into tmp_path.
 
-The plugin loads with every pytest run of the environment, so it imports nothing heavy until a fixture
-is used.
+The plugin loads with every pytest run of the environment, so it imports tbgen's stages only when a fixture
+is used, in one place (``_tbgen``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+
+from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.project import find_project_root, load_project
 
 HTTP_URL_VARIABLE = "TRITON_HTTP_URL"
 GRPC_URL_VARIABLE = "TRITON_GRPC_URL"
@@ -64,10 +69,13 @@ class ServerHandle:
         return client
 
 
+def _tbgen(module: str) -> ModuleType:
+    """A module of tbgen's stages, imported on first use (``runtime``, ``scaffold``, ``discovery``)."""
+    return importlib.import_module(f"triton_backend_gen.{module}")
+
+
 def project_root_for(config: pytest.Config) -> Path | None:
     """The tbgen project at or above pytest's rootdir, else at or above the directory pytest was run in."""
-    from triton_backend_gen.project import find_project_root
-
     for start in (Path(config.rootpath), Path(config.invocation_params.dir)):
         root = find_project_root(start)
         if root is not None:
@@ -85,10 +93,6 @@ def triton_server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
         handle.close()
         return
 
-    from triton_backend_gen.errors import TbgenError
-    from triton_backend_gen.runtime import prepare_server
-    from triton_backend_gen.runtime.discovery import find_tritonserver
-
     root = project_root_for(request.config)
     if root is None:
         pytest.skip(
@@ -96,11 +100,11 @@ def triton_server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
             f"{HTTP_URL_VARIABLE} nor {GRPC_URL_VARIABLE} is set"
         )
     try:
-        find_tritonserver()
+        _tbgen("discovery").find_tritonserver()
     except TbgenError as err:
         pytest.skip(f"no tritonserver to test against: {err.message} ({err.hint})")
     try:
-        server = prepare_server(root)
+        server = _tbgen("runtime").prepare_server(load_project(root))
         server.start()
     except TbgenError as err:
         pytest.fail(f"could not start Triton for {root}: {err}", pytrace=False)
@@ -123,8 +127,6 @@ def tbgen_project(tmp_path: Path) -> Callable[..., Path]:
     returns its directory (answers are validated as `tbgen new` validates them)."""
 
     def render(template: str, project_name: str = "my-backend", **answers: Any) -> Path:
-        from triton_backend_gen.scaffold import render_new_project
-
-        return render_new_project(template, tmp_path / project_name, answers)
+        return _tbgen("scaffold").render_new_project(template, tmp_path / project_name, answers)
 
     return render

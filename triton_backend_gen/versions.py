@@ -171,6 +171,16 @@ def known_releases_hint() -> str:
     return f"Known releases: {listed}; newest: {newest().container}."
 
 
+def target_release(spec: str | None, default: Release | None = None) -> tuple[Release, bool]:
+    """The release ``spec`` names, else ``default`` (a project's), else the newest; and whether it was chosen
+    (given or the project's) rather than defaulted."""
+    if spec:
+        return resolve(spec), True
+    if default is not None:
+        return default, True
+    return newest(), False
+
+
 def resolve(spec: str) -> Release:
     """The release ``spec`` names: container "24.10", branch "r24.10" or server version "2.51.0" / "v2.51.0".
 

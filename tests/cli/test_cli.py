@@ -196,3 +196,12 @@ def test_docker_options_that_do_not_fit_exit_2(tmp_path, args, fragment):
     result = tbgen(*args, *([str(project)] if args[0] != "clean" else []))
     assert result.returncode == 2, result.stdout + result.stderr
     assert fragment in " ".join(result.stderr.split())
+
+
+def test_tables_are_not_cut_when_output_is_not_a_terminal():
+    result = subprocess.run([sys.executable, "-m", "triton_backend_gen", "versions"], capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin"})  # no COLUMNS, stdout a pipe
+    assert result.returncode == 0
+    newest = versions.newest()
+    row = next(line for line in result.stdout.splitlines() if f" {newest.container} " in line)
+    assert ";".join(newest.cuda_architectures) in row and "…" not in result.stdout

@@ -14,15 +14,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import build_native, new_project, run_tbgen as tbgen, triton_sources_or_skip
+from conftest import build_native, new_project, triton_sources_or_skip
+from conftest import run_tbgen as tbgen
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
 def embedded_server():
+    from triton_backend_gen.discovery import find_tritonserver
     from triton_backend_gen.errors import ServerError
-    from triton_backend_gen.runtime.discovery import find_tritonserver
 
     try:
         return find_tritonserver()
@@ -285,3 +286,48 @@ def test_json_and_npy_inputs(tmp_path):
                    "-i", "INPUT1=" + json.dumps([0.5, 0.5]))
     assert result.returncode == 0, result.stderr
     assert "[2. 3.]" in result.stdout and "[1. 2.]" in result.stdout
+
+
+ENSEMBLE = """name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_FP32 dims: [16] }, { name: "B" data_type: TYPE_FP32 dims: [16] } ]
+output [ { name: "SUM" data_type: TYPE_FP32 dims: [16] } ]
+ensemble_scheduling { step [ { model_name: "add_sub" model_version: -1
+  input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "SUM" } } ] }
+"""
+
+
+def test_a_model_that_reference_py_does_not_describe_is_reported_not_a_crash(tmp_path):
+    """An ensemble listed in tbgen.toml beside the backend's model: its check fails with the reason, the rest
+    of the suite runs, and `tbgen infer` asks for its inputs instead of raising KeyError."""
+    project = new_project(tmp_path, "python-backend")
+    (project / "model_repository" / "pipeline" / "1").mkdir(parents=True)
+    (project / "model_repository" / "pipeline" / "config.pbtxt").write_text(ENSEMBLE)
+    with (project / "tbgen.toml").open("a") as manifest:
+        manifest.write('\n[[models]]\nname = "pipeline"\ndecoupled = false\n')
+    result = tbgen("test", str(project))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "reference.py does not describe model pipeline" in result.stdout
+    assert "add_sub: infer" in result.stdout and " 1 failed" in result.stdout
+    missing = tbgen("infer", "pipeline", "--project", str(project))
+    assert missing.returncode == 2 and "No value for input A, B of model pipeline" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    given = tbgen("infer", "pipeline", "--project", str(project), "-i", f"A={[list(range(16))]}",
+                  "-i", f"B={[[1] * 16]}")
+    assert given.returncode == 0, given.stderr
+    assert "SUM float32 [1, 16]" in given.stdout and "16." in given.stdout
+
+
+def test_infer_and_bench_at_a_url_where_no_server_listens(tmp_path):
+    project = new_project(tmp_path, "python-backend")
+    infer = tbgen("infer", "add_sub", "--project", str(project), "--url", "127.0.0.1:9")
+    assert infer.returncode == 1 and "No Triton server answers at 127.0.0.1:9" in infer.stderr
+    bench = tbgen("bench", str(project), "--url", "127.0.0.1:9", "--duration", "1s", "--concurrency", "1",
+                  "--tool", "builtin")
+    assert bench.returncode == 1 and "No Triton server answers at 127.0.0.1:9" in bench.stderr
+    for result in (infer, bench):
+        assert "Traceback" not in result.stderr
+    bad_url = tbgen("bench", str(project), "--url", "nowhere", "--duration", "1s")
+    assert bad_url.returncode == 2 and "HOST:PORT" in bad_url.stderr

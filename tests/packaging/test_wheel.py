@@ -32,6 +32,9 @@ def test_installed_wheel_renders_a_project(tmp_path):
     assert result.returncode == 0, result.stderr
     meta = tomllib.loads((work / "my-backend" / "tbgen.toml").read_text())
     assert meta["tbgen"]["template"] == "python-backend"
+    # pip compiled the installed templates' .py files; their bytecode must not reach the project
+    assert not list((work / "my-backend").rglob("__pycache__"))
+    assert list((env_dir / "lib").rglob("templates/*/hooks/__pycache__")), "pip compiled nothing: the check is vacuous"
     # the templates came from the installed wheel, not from this checkout
     where = subprocess.run(
         [str(py), "-c", "from triton_backend_gen.scaffold.templates import templates_dir; print(templates_dir())"],

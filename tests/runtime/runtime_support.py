@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from triton_backend_gen import discovery
 from triton_backend_gen.errors import ServerError
-from triton_backend_gen.runtime import discovery
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,10 @@ import pytest
 import runtime_support
 from runtime_support import render
 
+from triton_backend_gen.discovery import STUB_NAME
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import load_project
 from triton_backend_gen.runtime import assemble_backend_dir
-from triton_backend_gen.runtime.discovery import STUB_NAME
 
 embedded_install = runtime_support.embedded_install  # the fixture
 

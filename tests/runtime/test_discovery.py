@@ -10,10 +10,9 @@ import pytest
 import runtime_support
 from runtime_support import write_fake_server
 
-from triton_backend_gen import versions
+from triton_backend_gen import discovery, versions
+from triton_backend_gen.discovery import discover_servers, find_tritonserver
 from triton_backend_gen.errors import ServerError
-from triton_backend_gen.runtime import discovery
-from triton_backend_gen.runtime.discovery import discover_servers, find_tritonserver
 
 embedded_install = runtime_support.embedded_install  # the fixture
 
@@ -173,7 +172,7 @@ def test_embedded_server_version_is_known_and_cached(embedded_install):
 
 
 def test_finding_the_wheel_does_not_import_pytriton(embedded_install):
-    code = ("import sys; from triton_backend_gen.runtime.discovery import _wheel_executable; "
+    code = ("import sys; from triton_backend_gen.discovery import _wheel_executable; "
             "assert _wheel_executable(); print('pytriton' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

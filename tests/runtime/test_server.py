@@ -21,19 +21,9 @@ from runtime_support import alive, render
 from triton_backend_gen import versions
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import load_project
-from triton_backend_gen.runtime import (
-    ServerOptions,
-    TritonServer,
-    assemble_backend_dir,
-    prepare_server,
-    start_server,
-)
-from triton_backend_gen.runtime.server import (
-    SHM_DIR,
-    group_members,
-    release_warnings,
-    relevant_log_lines,
-)
+from triton_backend_gen.runtime import ServerOptions, assemble_backend_dir, prepare_server, start_server
+from triton_backend_gen.runtime.local import SHM_DIR, LocalServer, group_members, release_mismatch
+from triton_backend_gen.runtime.server import relevant_log_lines
 
 pytestmark = pytest.mark.slow
 embedded_install = runtime_support.embedded_install  # the fixture
@@ -61,7 +51,7 @@ def project(tmp_path_factory, embedded_install) -> Path:
 @pytest.fixture(scope="module")
 def server(project):
     started = time.monotonic()
-    with start_server(project) as running:
+    with start_server(load_project(project)) as running:
         running.startup_s = time.monotonic() - started
         yield running
 
@@ -134,21 +124,28 @@ def test_relevant_log_lines_explain_the_failure_without_cpu_noise(server):
         pytest.skip("this machine's server log has no CPU-only CUDA/NVML/DCGM warnings to leave out")
 
 
-def test_release_mismatch_is_a_warning(server, project):
-    target = load_project(project).triton_version
-    if target == server.install.release.container:
-        pytest.skip(f"the rendered project targets the server's own release {target}")
-    assert any(target in warning and server.install.version in warning for warning in server.warnings)
+def test_another_release_is_said_plainly(server, project):
+    target = load_project(project).release
+    if target == server.install.release:
+        pytest.skip(f"the rendered project targets the server's own release {target.container}")
+    said = [*server.warnings, *server.notes]
+    assert any(target.container in text and server.install.version in text for text in said), said
 
 
-def test_no_warning_when_the_project_targets_the_servers_release(embedded_install, tmp_path):
+def test_release_mismatch_is_a_note_when_the_backend_api_matches(embedded_install, tmp_path):
     release = embedded_install.release
     root = render("python-backend", tmp_path / "same", triton_version=release.container)
-    assert release_warnings(load_project(root), embedded_install) == []
-    other = next(r for r in versions.RELEASES if r != release)
-    root = render("python-backend", tmp_path / "other", triton_version=other.container)
-    (warning,) = release_warnings(load_project(root), embedded_install)
-    assert other.container in warning and release.container in warning
+    assert release_mismatch(load_project(root), embedded_install) is None
+    same_api = next(r for r in versions.RELEASES if r != release and r.backend_api == release.backend_api)
+    root = render("python-backend", tmp_path / "other", triton_version=same_api.container)
+    warning, text = release_mismatch(load_project(root), embedded_install)
+    assert not warning and same_api.container in text and release.container in text
+    assert "backend API" in text and "--server" in text and "--docker" in text
+    newer_api = [r for r in versions.RELEASES if r.backend_api > release.backend_api]
+    if newer_api:
+        root = render("python-backend", tmp_path / "newer", triton_version=newer_api[0].container)
+        warning, text = release_mismatch(load_project(root), embedded_install)
+        assert warning and "may refuse to load" in text
 
 
 def test_busy_port_is_refused_before_launch(server, embedded_install, tmp_path):
@@ -193,7 +190,7 @@ def python_repository(project, tmp_path) -> Path:
 def test_stop_is_idempotent_and_leaves_no_process(python_repository, embedded_install, tmp_path):
     layout = assemble_backend_dir(embedded_install, tmp_path / "run", None)
     options = ServerOptions(model_repository=python_repository, log_file=tmp_path / "run" / "server.log")
-    triton = TritonServer(embedded_install, layout, options)
+    triton = LocalServer(embedded_install, layout, options)
     assert triton.stop() == 0  # never started: nothing to do
     with triton:
         pgid = triton.pid
@@ -235,10 +232,14 @@ def test_a_bare_repository_runs_from_a_scratch_directory_removed_on_stop(python_
 # --- tbgen killed while it runs a server ---------------------------------------------------------------------
 RUNNER = """
 import sys, time
-from triton_backend_gen.runtime import SignalReceived, start_server, stop_on_signals
+from pathlib import Path
+from triton_backend_gen.project import load_project_or_none
+from triton_backend_gen.runtime import start_server
+from triton_backend_gen.signals import SignalReceived, stop_on_signals
 
 try:
-    with stop_on_signals(), start_server(sys.argv[1]) as server:
+    target = load_project_or_none(Path(sys.argv[1])) or Path(sys.argv[1])
+    with stop_on_signals(), start_server(target) as server:
         print(server.pid, flush=True)
         time.sleep(600)
 except SignalReceived as received:

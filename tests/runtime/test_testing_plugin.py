@@ -12,7 +12,7 @@ import pytest
 import runtime_support
 from runtime_support import render
 
-from triton_backend_gen.project import load_project
+from triton_backend_gen.project import BackendKind, load_project
 from triton_backend_gen.runtime import start_server
 
 embedded_install = runtime_support.embedded_install  # the fixture
@@ -21,7 +21,7 @@ embedded_install = runtime_support.embedded_install  # the fixture
 def test_tbgen_project_renders_a_template(tbgen_project):
     root = tbgen_project("decoupled-backend", project_name="echo-it", language="python")
     project = load_project(root)
-    assert (project.name, project.template, project.answers["language"]) == ("echo-it", "decoupled-backend", "python")
+    assert (project.name, project.template, project.kind) == ("echo-it", "decoupled-backend", BackendKind.PYTHON)
     assert (root / "tests" / "conftest.py").is_file()
 
 

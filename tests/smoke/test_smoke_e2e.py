@@ -36,10 +36,10 @@ GOOD = [
 
 def start(project: Path):
     """A running server for ``project``, or skip saying why there is none."""
-    from triton_backend_gen.runtime.server import start_server
+    from triton_backend_gen.runtime import start_server
 
     try:
-        return start_server(project)
+        return start_server(load_project(project))
     except ServerError as err:
         pytest.skip(f"no tritonserver to test against: {err}")
 
@@ -79,8 +79,7 @@ def test_fuzz_leaves_the_server_healthy(served, record_property, capsys):
                       server_pid=served.server.pid, is_healthy=lambda: served.server.running)
     record_property("fuzz", report.summary())
     with capsys.disabled():
-        print(f"\n[{served.project.template} {served.project.answers.get('batching', '')}"
-              f"{served.project.answers.get('language', '')}] {report.summary()}")
+        print(f"\n[{served.project.template} {served.project.kind.value}] {report.summary()}")
     assert report.requests == FUZZ_COUNT and not report.truncated
     assert report.passed, report.summary()
     assert report.outcomes["ok"] > 0 and report.errors, "the fuzzer must both succeed and be refused"

@@ -19,7 +19,8 @@ from conftest import cmake_fits_or_skip, read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
-from triton_backend_gen.project import load_project
+from triton_backend_gen.project import BackendKind, load_project
+from triton_backend_gen.scaffold import read_answers_file
 from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
@@ -177,14 +178,17 @@ def test_tbgen_toml_records_the_project(render_template):
     project = load_project(render_template("cpp-backend", gpu=True, dtype="INT64", max_batch_size=0,
                                            triton_version="r24.10"))
     assert (project.template, project.template_version) == ("cpp-backend", "0.1.0")
-    assert (project.name, project.backend, project.language) == ("my-backend", "my_backend", "cpp")
-    assert (project.triton_version, project.gpu) == ("24.10", True)
+    assert (project.name, project.backend, project.kind) == ("my-backend", "my_backend", BackendKind.CPP)
+    assert (project.release, project.gpu) == (versions.resolve("24.10"), True)
     assert project.model_repository == project.root / "model_repository"
-    assert [(m.name, m.decoupled, m.max_batch_size) for m in project.models] == [("add_sub", False, 0)]
-    assert project.answers["dtype"] == "INT64"
-    assert project.answers["max_batch_size"] == 0
-    assert project.answers["gpu"] is True
-    assert project.answers["cuda_architectures"] == ";".join(versions.resolve("24.10").cuda_architectures)
+    assert [(m.name, m.decoupled, m.directory) for m in project.models] == [
+        ("add_sub", False, project.model_repository / "add_sub")]
+    assert project.library == project.root / "build/install/backends/my_backend/libtriton_my_backend.so"
+    answers = read_answers_file(project.project_file)  # the [answers] table, for `tbgen new --answers`
+    assert answers["dtype"] == "INT64"
+    assert answers["max_batch_size"] == 0
+    assert answers["gpu"] is True
+    assert answers["cuda_architectures"] == ";".join(versions.resolve("24.10").cuda_architectures)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -257,29 +261,48 @@ def test_default_project_builds_against_the_newest_release(render_template, comp
     build_and_check(project, newest.branch, gpu=True)
 
 
+# Test-only sources that count the input bytes a built backend copies (see copy_counter/*): the generated
+# project has no counting hook of its own.
+COPY_COUNTER = Path(__file__).resolve().parent / "copy_counter" / "count_input_copies.cmake"
+COPIES_LOGGED = re.compile(r"count_input_copies: (\d+) request\(s\), (\d+) input bytes copied")
+
+
+def test_generated_sources_carry_no_instrumentation(render_template):
+    for gpu in (False, True):
+        project = render_template("cpp-backend", project_name=f"p{int(gpu)}", gpu=gpu, dtype="FP16")
+        for path in [*project.rglob("*.cc"), *project.rglob("*.cu"), *project.rglob("*.h"), project / "CMakeLists.txt"]:
+            text = path.read_text()
+            for word in ("copied_bytes", "count_input_copies", "CountedModelInstanceExecute", "InPlace",
+                         "input bytes"):
+                assert word not in text, f"{word!r} in {path.name}"
+
+
 @pytest.mark.cpp
 @pytest.mark.slow
 def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(render_template, compiler_cache,
                                                                               server_or_skip):
-    """The backend logs, at verbose level, the input bytes each execution copied: none for one gRPC request (its
-    tensors arrive contiguous), exactly the batch's bytes when the collector gathers several requests."""
+    """Built with copy_counter/ linked in, the backend logs the input bytes each execution copied: none for one
+    gRPC request (its tensors arrive contiguous and are used in place), exactly the batch's bytes when the
+    collector gathers several requests."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import numpy as np
     import tritonclient.grpc as grpcclient
 
-    from triton_backend_gen.runtime.server import prepare_server
-    from triton_backend_gen.toolchain.build import build_project
+    from triton_backend_gen.runtime import prepare_server
+    from triton_backend_gen.toolchain.cmake import cmake_build
 
-    triton_sources_or_skip("r24.10")
+    sources = triton_sources_or_skip("r24.10")
     project = render_template("cpp-backend", triton_version="24.10")
-    build_project(project)
+    build = project / "build"
+    cmake_build(project, build, triton_sources=sources, gpu=False, install_dir=build / "install",
+                extra_defines={"CMAKE_PROJECT_INCLUDE": str(COPY_COUNTER)})
+    assert "count_input_copies: counting the input copies of" in (build / "tbgen-build.log").read_text()
     # A long queue delay makes the concurrent requests below wait for each other: batches are gathered.
     config = project / "model_repository" / "add_sub" / "config.pbtxt"
     config.write_text(config.read_text().replace("dynamic_batching { }",
                                                  "dynamic_batching { max_queue_delay_microseconds: 200000 }"))
     reference = load_reference(project)
-    with prepare_server(project, verbose=True) as triton:
+    with prepare_server(load_project(project)) as triton:
         client = grpcclient.InferenceServerClient(triton.grpc_url)
 
         def infer(seed: int) -> None:
@@ -296,7 +319,7 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(re
             list(pool.map(infer, range(64)))
         client.close()
         log = triton.log_file.read_text()
-    executions = [(int(n), int(b)) for n, b in re.findall(r"executed (\d+) request\(s\), copied (\d+) input bytes", log)]
+    executions = [(int(n), int(b)) for n, b in COPIES_LOGGED.findall(log)]
     request_bytes = 2 * 16 * 4  # two FP32 [1, 16] inputs
     assert executions[:3] == [(1, 0)] * 3
     assert sum(n for n, _ in executions) == 3 + 64

@@ -19,7 +19,9 @@ import pytest
 from conftest import TEMPLATES, read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
-from triton_backend_gen.project import load_project
+from triton_backend_gen import versions
+from triton_backend_gen.project import BackendKind, load_project
+from triton_backend_gen.scaffold import read_answers_file
 from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
@@ -121,13 +123,13 @@ def test_model_name_answer_names_the_model(render_template):
 def test_tbgen_toml_records_the_project(render_template, language):
     project = load_project(render_template(TEMPLATE, language=language, triton_version="24.10"))
     assert project.template == TEMPLATE
-    assert project.language == language
+    assert project.kind == (BackendKind.CPP if language == "cpp" else BackendKind.PYTHON)
     assert project.backend == "my_backend"
-    assert project.triton_version == "24.10"
+    assert project.release == versions.resolve("24.10")
     assert project.gpu is False
     assert project.model_repository == project.root / "model_repository"
-    assert [(m.name, m.decoupled, m.max_batch_size) for m in project.models] == [(MODEL, True, 0)]
-    assert project.answers["language"] == language
+    assert [(m.name, m.decoupled) for m in project.models] == [(MODEL, True)] and project.decoupled
+    assert read_answers_file(project.project_file)["language"] == language
 
 
 def test_cookiecutter_json_follows_the_contract():

@@ -20,7 +20,9 @@ import pytest
 from conftest import build_native, read_config
 from tritonclient.grpc import model_config_pb2
 
-from triton_backend_gen.project import load_project
+from triton_backend_gen import versions
+from triton_backend_gen.project import BackendKind, load_project
+from triton_backend_gen.scaffold import read_answers_file
 
 TEMPLATE = "python-backend"
 
@@ -142,15 +144,19 @@ def test_tbgen_toml_is_the_contract(render_template, options):
     project = render_template(TEMPLATE, **options)
     loaded = load_project(project)
     assert loaded.template == TEMPLATE
-    assert loaded.language == "python"
+    based = options["python_based_backend"]
+    assert loaded.kind == (BackendKind.PYTHON_BASED if based else BackendKind.PYTHON)
+    assert loaded.python_based_dir == (project / "backends" / "my_backend" if based else None)
     assert loaded.backend == "my_backend"
-    assert loaded.triton_version == loaded.answers["triton_version"]
-    assert f"tritonserver:{loaded.triton_version}-py3" in (project / "Dockerfile").read_text()
+    answers = read_answers_file(loaded.project_file)
+    assert loaded.release == versions.resolve(answers["triton_version"])
+    assert f"tritonserver:{loaded.release.container}-py3" in (project / "Dockerfile").read_text()
     assert not loaded.gpu
     assert loaded.model_repository == project / "model_repository"
-    assert [(m.name, m.decoupled, m.max_batch_size) for m in loaded.models] == [("add_sub", False, 8)]
+    assert [(m.name, m.decoupled) for m in loaded.models] == [("add_sub", False)]
+    assert (loaded.native is not None) == options["native"]
     for key, value in options.items():
-        assert loaded.answers[key] == value
+        assert answers[key] == value
     raw = tomllib.loads((project / "tbgen.toml").read_text())
     if options["native"]:
         native = raw["native"]

@@ -7,13 +7,13 @@ import pytest
 from conftest import cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen import versions
-from triton_backend_gen.scaffold import get_template
-from triton_backend_gen.template_check import (
+from triton_backend_gen.commands.templates_check import (
     build_rendered_project,
     check_rendered_project,
     check_templates,
     option_matrix,
 )
+from triton_backend_gen.scaffold import get_template
 
 
 def test_matrix_is_the_product_of_choices_and_booleans_plus_an_edge_variant():

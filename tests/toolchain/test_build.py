@@ -9,12 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import new_project, run_tbgen as tbgen, triton_sources_or_skip
+from conftest import new_project, triton_sources_or_skip
+from conftest import run_tbgen as tbgen
 
 from triton_backend_gen import versions
+from triton_backend_gen.discovery import gpus_visible
 from triton_backend_gen.errors import BuildError, UsageError
 from triton_backend_gen.project import load_project
-from triton_backend_gen.runtime.discovery import gpus_visible
 from triton_backend_gen.toolchain import build, cmake, symbols
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None or shutil.which("gcc") is None,
@@ -75,10 +76,10 @@ def test_what_each_project_builds(render_template):
     native = load_project(render_template("python-backend", project_name="nat", native=True))
     decoupled_py = load_project(render_template("decoupled-backend", project_name="dpy", language="python"))
     assert [build.build_kind(p) for p in (cpp, gpu, plain, native, decoupled_py)] == ["cpp", "cpp", None, "native", None]
-    spec = build.native_spec(native)
+    spec = native.native
     assert spec.source_dir == native.root / "native" and spec.module == "nat_native"
-    assert spec.install_dir == native.model_repository / native.models[0].name / "1"
-    assert build.library_path(cpp) == cpp.root / "build/install/backends/cpp/libtriton_cpp.so"
+    assert spec.install_dir == native.models[0].directory / "1"
+    assert cpp.library == cpp.root / "build/install/backends/cpp/libtriton_cpp.so"
     # gpu: the project's answer unless given; --no-gpu always allowed; --gpu only where the kernels exist
     assert build.resolve_gpu(gpu, None) is True and build.resolve_gpu(gpu, False) is False
     assert build.resolve_gpu(cpp, None) is False
@@ -88,7 +89,7 @@ def test_what_each_project_builds(render_template):
 
 def test_a_python_project_without_native_has_nothing_to_build(render_template):
     project = render_template("python-backend", project_name="plain")
-    result = build.build_project(project)
+    result = build.build_project(load_project(project))
     assert result.artifact is None and not result.work_done
     assert "nothing to build" in result.notes[0]
     cli = tbgen("build", str(project))
@@ -226,6 +227,14 @@ def test_tbgen_build_cpp_backend(tmp_path, compiler_cache, server_or_skip):
     assert check.returncode == 0 and "OK" in check.stdout, check.stdout
     assert not symbols.CheckReport(library, None, tuple(symbols.check_library(library, server_or_skip))).errors
 
+    # A Triton tag edited by hand in CMakeLists.txt: tbgen says so, and tbgen.toml's release is what is built.
+    cmakelists = project / "CMakeLists.txt"
+    cmakelists.write_text(cmakelists.read_text().replace('"r24.10"', '"r25.10"'))
+    edited = tbgen("build", str(project))
+    assert edited.returncode == 0, edited.stdout + edited.stderr
+    assert "TRITON_CORE_REPO_TAG to r25.10" in edited.stdout and "tbgen.toml wins" in edited.stdout
+    assert "TRITON_CORE_REPO_TAG:STRING=r24.10" in (project / "build" / "CMakeCache.txt").read_text()
+
 
 @pytest.mark.cpp
 @pytest.mark.slow
@@ -256,25 +265,32 @@ def test_tbgen_test_builds_an_unbuilt_cpp_project_first(tmp_path, compiler_cache
 
 @pytest.mark.cpp
 @pytest.mark.slow
-def test_gpu_build_loads_and_passes_on_cpu_instances(tmp_path, compiler_cache, server_or_skip):
+def test_gpu_project_builds_and_passes_on_a_machine_without_a_gpu(tmp_path, compiler_cache, server_or_skip):
+    """tbgen new --gpu -> tbgen build --gpu -> tbgen test --instance-kind cpu, as the issue's user runs it."""
     triton_sources_or_skip("r24.10")
     if build.find_nvcc() is None:
         pytest.skip("no nvcc on this machine ($CUDACXX, PATH, /usr/local/cuda)")
-    project = new_project(tmp_path, "cpp-backend", "gpu=yes", "instance_kind=KIND_CPU")
+    project = new_project(tmp_path, "cpp-backend", "gpu=yes")  # KIND_GPU instances, release 24.10
     result = tbgen("build", str(project), "--gpu")
     assert result.returncode == 0, result.stdout + result.stderr
     cache = (project / "build" / "CMakeCache.txt").read_text()
-    archs = ";".join(versions.cuda_architectures_for(build.parse_nvcc_version(
-        subprocess.run([str(build.find_nvcc()), "--version"], capture_output=True, text=True, check=True).stdout)))
+    nvcc_cuda = build.parse_nvcc_version(
+        subprocess.run([str(build.find_nvcc()), "--version"], capture_output=True, text=True, check=True).stdout)
+    archs = ";".join(versions.cuda_architectures_for(nvcc_cuda))
     assert f"CMAKE_CUDA_ARCHITECTURES:UNINITIALIZED={archs}" in cache or f"CMAKE_CUDA_ARCHITECTURES:STRING={archs}" in cache
-    smoke = tbgen("test", str(project))
-    assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
-    if not gpus_visible():  # KIND_GPU here: the server refuses it, and tbgen says why before its log
-        config = project / "model_repository" / "add_sub" / "config.pbtxt"
-        config.write_text(config.read_text().replace("KIND_CPU", "KIND_GPU"))
+    release = versions.resolve("24.10")
+    if nvcc_cuda.split(".")[0] != release.cuda.split(".")[0]:  # e.g. CUDA 13 here, 12.6 in the 24.10 image
+        assert f"ships CUDA {release.cuda}" in result.stdout and "--docker" in result.stdout
+    config = project / "model_repository" / "add_sub" / "config.pbtxt"
+    before = config.read_bytes()
+    if not gpus_visible():  # KIND_GPU here: refused up front, naming the flag
         refused = tbgen("test", str(project))
-        assert refused.returncode == 1
-        assert "no GPUs are available" in refused.stderr and "use kind: KIND_CPU" in refused.stderr
+        assert refused.returncode == 1 and "--instance-kind cpu" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    smoke = tbgen("test", str(project), "--instance-kind", "cpu")
+    assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+    assert "KIND_CPU instances" in smoke.stdout and "CUDA path is not exercised" in smoke.stdout
+    assert config.read_bytes() == before  # only the run's copy was rewritten
 
 
 @pytest.mark.slow
@@ -288,3 +304,59 @@ def test_native_python_build_then_test_runs_the_native_path(tmp_path, require_py
     smoke = tbgen("test", str(project))
     assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
     assert "compute path: native" in (project / "build/tbgen/server.log").read_text()
+
+
+# --------------------------------------------------------------------------- release facts the build warns about
+def test_tbgen_toml_wins_over_triton_tags_edited_in_cmakelists(tmp_path):
+    project = load_project(new_project(tmp_path, "cpp-backend"))
+    assert build.tag_disagreements(project) == []
+    cmakelists = project.root / "CMakeLists.txt"
+    cmakelists.write_text(cmakelists.read_text().replace('set(TRITON_CORE_REPO_TAG "r24.10"',
+                                                         'set(TRITON_CORE_REPO_TAG "r25.10"'))
+    (note,) = build.tag_disagreements(project)
+    assert "TRITON_CORE_REPO_TAG" in note and "r25.10" in note and "tbgen.toml wins" in note and "r24.10" in note
+    defines = cmake.repo_tag_defines(project.release.branch)
+    assert defines == {f"TRITON_{repo}_REPO_TAG": "r24.10" for repo in ("COMMON", "CORE", "BACKEND")}
+
+
+def test_a_cuda_major_the_release_does_not_ship_is_a_warning():
+    r2410, r2510 = versions.resolve("24.10"), versions.resolve("25.10")
+    (warning,) = build.cuda_major_notes("13.0", r2410)
+    assert "CUDA 13.0" in warning and r2410.cuda in warning and "--docker" in warning and "static" in warning
+    assert build.cuda_major_notes("13.0", r2510) == [] and build.cuda_major_notes("12.4", r2410) == []
+    assert symbols.cuda_runtime_majors(["libc.so.6", "libcudart.so.13", "libcudart.so.12.6"]) == {"13", "12"}
+
+
+@needs_compiler
+def test_check_warns_about_a_cuda_runtime_of_another_major_version(tmp_path):
+    (tmp_path / "stub.c").write_text("int cudaStub(void) { return 0; }\n")
+    cudart = tmp_path / "libcudart.so.13"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", str(cudart),
+                    str(tmp_path / "stub.c")], check=True)
+    (tmp_path / "backend.c").write_text("int cudaStub(void);\nint TRITONBACKEND_Initialize(void *b) "
+                                        "{ (void)b; return cudaStub(); }\n")
+    library = tmp_path / "libtriton_gpu.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "backend.c"),
+                    "-Wl,--no-as-needed", str(cudart)], check=True)
+    r2410 = versions.resolve("24.10")
+    warnings = [f.message for f in symbols.check_library(library, None, r2410) if f.severity == "warning"]
+    assert len(warnings) == 1 and "libcudart.so.13" in warnings[0] and r2410.cuda in warnings[0]
+    assert not [f for f in symbols.check_library(library, None, versions.resolve("25.10"))
+                if f.severity == "warning"]
+
+
+@pytest.mark.slow
+def test_an_uncached_release_without_network_names_deps_fetch_and_add(tmp_path, monkeypatch):
+    """Nothing cached and nowhere to clone from: the error says how to fill the cache, not only CMake's words."""
+    project = new_project(tmp_path, "cpp-backend")
+    empty = tmp_path / "empty-cache"
+    organization = tmp_path / "no-organization"  # FetchContent clones from here: nothing there, no network used
+    cmakelists = project / "CMakeLists.txt"
+    text = cmakelists.read_text()
+    start = text.index('set(TRITON_REPO_ORGANIZATION "') + len('set(TRITON_REPO_ORGANIZATION "')
+    cmakelists.write_text(text[:start] + f"file://{organization}" + text[text.index('"', start):])
+    result = tbgen("build", str(project), env={"TBGEN_CACHE_DIR": str(empty)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "not in tbgen's cache" in result.stderr
+    assert "tbgen deps fetch --triton-version 24.10" in result.stderr and "tbgen deps add --from DIR" in result.stderr
+    assert "Traceback" not in result.stderr

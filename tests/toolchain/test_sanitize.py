@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import new_project, run_tbgen as tbgen, triton_sources_or_skip
+from conftest import new_project, triton_sources_or_skip
+from conftest import run_tbgen as tbgen
 
 from triton_backend_gen.errors import UsageError
 from triton_backend_gen.runtime.sanitizers import parse_ldd_runtimes, sanitizer_environment, sanitizer_reports

@@ -1,21 +1,26 @@
 """The release matrix: spellings, errors, internal consistency, and agreement with Triton's own sources.
 
-The cross-checks read the real headers and CMakeLists of each rYY.MM branch from git mirrors of
-core/common/backend/server when they are on this machine, and from tbgen's source cache when it holds
-a branch; each skips with the reason when its source is absent.
+The cross-checks read the real headers and CMakeLists of each rYY.MM branch from whatever Triton sources are at
+hand, never from a place this file knows: tbgen's source cache (core, common and backend of the releases that
+`tbgen deps fetch|add` or CI put there, found with tbgen's own lookup), and a local organization directory in
+$TRITON_REPO_ORGANIZATION holding git repositories <name>.git (or <name>) with the release branches (server
+included), as a site's mirror would. Each check runs once per release whose sources are at hand, and skips,
+saying how to provide them, when there are none.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import source_cache_dir
 
 from triton_backend_gen.errors import UnknownReleaseError, UsageError
+from triton_backend_gen.toolchain import sources
 from triton_backend_gen.versions import (
     RELEASES,
     cuda_architectures_for,
@@ -23,7 +28,6 @@ from triton_backend_gen.versions import (
     resolve,
 )
 
-MIRRORS = Path("/work/.mirror")
 SAMPLE = sorted({RELEASES[0], resolve("24.10"), resolve("25.07"), newest()}, key=lambda r: r.container)
 
 
@@ -37,25 +41,65 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 # --- reading Triton's sources ------------------------------------------------------------------------
-def _mirror(repo: str) -> Path:
-    return MIRRORS / f"triton-inference-server+{repo}" / "repo"
+def _organization() -> Path | None:
+    """The local directory $TRITON_REPO_ORGANIZATION names (a path or a file:// URL), or None."""
+    value = os.environ.get(sources.ORGANIZATION_VARIABLE, "").strip()
+    if value.startswith("file://"):
+        value = urllib.parse.unquote(urllib.parse.urlparse(value).path)
+    elif "://" in value:
+        return None
+    path = Path(value) if value else None
+    return path if path is not None and path.is_dir() and shutil.which("git") else None
+
+
+ORGANIZATION = _organization()
 
 
 def _git_show(repo: str, branch: str, path: str) -> str | None:
-    """``path`` on ``branch`` of the mirror of ``repo``, or None when the mirror lacks the branch."""
-    result = subprocess.run(
-        ["git", "-C", str(_mirror(repo)), "show", f"refs/heads/{branch}:{path}"],
-        capture_output=True,
-        text=True,
-    )
-    return result.stdout if result.returncode == 0 else None
+    """``path`` on ``branch`` of ``repo`` in the organization directory, or None when it is not there."""
+    if ORGANIZATION is None:
+        return None
+    for git_dir in (ORGANIZATION / f"{repo}.git", ORGANIZATION / repo):
+        if not git_dir.is_dir():
+            continue
+        for ref in (f"refs/heads/{branch}", f"refs/remotes/origin/{branch}", f"refs/tags/{branch}"):
+            result = subprocess.run(["git", "--git-dir" if git_dir.suffix == ".git" else "-C", str(git_dir),
+                                     "show", f"{ref}:{path}"], capture_output=True, text=True, check=False)
+            if result.returncode == 0:
+                return result.stdout
+    return None
 
 
-def _mirror_or_skip(repo: str) -> None:
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed, so the Triton mirrors cannot be read")
-    if not (_mirror(repo) / "HEAD").is_file():
-        pytest.skip(f"no git mirror of triton-inference-server/{repo} at {_mirror(repo)}")
+def _read(repo: str, branch: str, path: str) -> str | None:
+    """``path`` of ``repo`` at ``branch``: from tbgen's source cache, else from the organization directory."""
+    cached = sources.cached_sources(branch) if repo in sources.REPOSITORIES else None
+    if cached is not None and (cached / repo / path).is_file():
+        return (cached / repo / path).read_text(errors="replace")
+    return _git_show(repo, branch, path)
+
+
+def _at_hand(*repos: str, probe: str = "CMakeLists.txt") -> list:
+    """The releases whose ``repos`` all have ``probe`` at hand."""
+    return [release for release in RELEASES if all(_read(repo, release.branch, probe) for repo in repos)]
+
+
+def _releases_with(*repos: str, probe: str = "CMakeLists.txt") -> list:
+    """One pytest parameter per release whose ``repos`` are all at hand, or one skipped parameter saying why."""
+    found = _at_hand(*repos, probe=probe)
+    if found:
+        return [pytest.param(release, id=release.container) for release in found]
+    return [pytest.param(None, id="no-sources", marks=pytest.mark.skip(reason=_none_at_hand(*repos)))]
+
+
+def _none_at_hand(*repos: str) -> str:
+    organization = (f"set ${sources.ORGANIZATION_VARIABLE} to a directory holding "
+                    f"{', '.join(repo + '.git' for repo in repos)} with the release branches")
+    if set(repos) <= set(sources.REPOSITORIES):
+        return (f"no Triton sources of {', '.join(repos)} at hand: tbgen's source cache ({sources.sources_dir()}) "
+                f"is empty; fill it with `tbgen deps fetch --triton-version 24.10` (or `tbgen deps add`), or "
+                f"{organization}")
+    return (f"the {'/'.join(repos)} repository is not at hand (tbgen's cache holds core/common/backend only): "
+            f"{organization}")
 
 
 def _api_version(header_text: str, prefix: str) -> tuple[int, int]:
@@ -195,61 +239,37 @@ def test_architectures_for_the_local_nvcc_are_ones_it_accepts():
 
 
 # --- agreement with Triton's sources ----------------------------------------------------------------------
-@pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.container)
+@pytest.mark.parametrize("release", _releases_with("core", probe="include/triton/core/tritonbackend.h"))
 def test_api_versions_match_the_core_headers(release):
-    _mirror_or_skip("core")
-    backend_h = _git_show("core", release.branch, "include/triton/core/tritonbackend.h")
-    server_h = _git_show("core", release.branch, "include/triton/core/tritonserver.h")
-    if backend_h is None or server_h is None:
-        pytest.skip(f"the core mirror has no {release.branch} branch")
+    backend_h = _read("core", release.branch, "include/triton/core/tritonbackend.h")
+    server_h = _read("core", release.branch, "include/triton/core/tritonserver.h")
+    assert backend_h is not None and server_h is not None, f"core {release.branch} lacks its headers"
     assert _api_version(backend_h, "TRITONBACKEND") == release.backend_api
     assert _api_version(server_h, "TRITONSERVER") == release.server_api
 
 
-@pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.container)
+@pytest.mark.parametrize("release", _releases_with("backend", "core", "common"))
 def test_min_cmake_is_the_highest_minimum_of_backend_core_and_common(release):
-    minimums = []
-    for repo in ("backend", "core", "common"):
-        _mirror_or_skip(repo)
-        text = _git_show(repo, release.branch, "CMakeLists.txt")
-        if text is None:
-            pytest.skip(f"the {repo} mirror has no {release.branch} branch")
-        minimums.append(_cmake_minimum(text))
+    minimums = [_cmake_minimum(_read(repo, release.branch, "CMakeLists.txt")) for repo in ("backend", "core", "common")]
     assert _highest(minimums) == release.min_cmake
 
 
-@pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.container)
+@pytest.mark.parametrize("release", _releases_with("server", probe="TRITON_VERSION"))
 def test_server_version_and_python_match_the_server_repository(release):
-    _mirror_or_skip("server")
-    triton_version = _git_show("server", release.branch, "TRITON_VERSION")
-    build_py = _git_show("server", release.branch, "build.py")
-    if triton_version is None or build_py is None:
-        pytest.skip(f"the server mirror has no {release.branch} branch")
+    triton_version = _read("server", release.branch, "TRITON_VERSION")
+    build_py = _read("server", release.branch, "build.py")
+    assert triton_version is not None and build_py is not None, f"server {release.branch} lacks build.py"
     assert triton_version.strip() == release.server_version
     assert f'"{release.container}"' in build_py  # the triton container of build.py's version map
     ubuntu = re.search(r'base_image = "ubuntu:(\d+\.\d+)"', build_py).group(1)
     assert release.python == {"22.04": "3.10", "24.04": "3.12"}[ubuntu]  # each Ubuntu's python3
 
 
-def test_newest_release_has_branches_in_core_common_and_backend():
-    for repo in ("core", "common", "backend"):
-        _mirror_or_skip(repo)
-        branch = newest().branch
-        assert _git_show(repo, branch, "CMakeLists.txt") is not None, f"the {repo} mirror lacks {branch}"
-
-
-def test_cached_sources_agree_with_the_matrix():
-    cache = source_cache_dir()
-    branches = sorted(p for p in cache.glob("r[0-9][0-9].[0-9][0-9]") if (p / "core").is_dir())
-    if not branches:
-        pytest.skip(f"no Triton sources cached in {cache}")
-    for root in branches:
-        release = resolve(root.name)
-        headers = root / "core" / "include" / "triton" / "core"
-        assert _api_version((headers / "tritonbackend.h").read_text(), "TRITONBACKEND") == release.backend_api
-        assert _api_version((headers / "tritonserver.h").read_text(), "TRITONSERVER") == release.server_api
-        minimums = [
-            _cmake_minimum((root / repo / "CMakeLists.txt").read_text()) for repo in ("backend", "core", "common")
-        ]
-        assert _highest(minimums) == release.min_cmake, root.name
-
+@pytest.mark.parametrize("repo", ["core", "common", "backend"])
+def test_newest_release_has_branches_in_core_common_and_backend(repo):
+    if not _at_hand(repo):
+        pytest.skip(_none_at_hand(repo))
+    branch = newest().branch
+    assert _read(repo, branch, "CMakeLists.txt") is not None, (
+        f"{repo} {branch} is neither in tbgen's source cache nor in ${sources.ORGANIZATION_VARIABLE} "
+        f"(cached: {', '.join(r.branch for r in _at_hand(repo))})")

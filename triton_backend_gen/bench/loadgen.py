@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+from tritonclient.grpc import InferInput
+from tritonclient.grpc.aio import InferenceServerClient
+from tritonclient.utils import np_to_triton_dtype
 
 
 @dataclass
@@ -28,9 +31,6 @@ def run_load(url: str, model: str, inputs: Mapping[str, np.ndarray], *, concurre
 
 
 async def _run(url, model, inputs, concurrency, seconds, decoupled, warmup_s) -> LoadResult:
-    from tritonclient.grpc import InferInput
-    from tritonclient.grpc.aio import InferenceServerClient
-    from tritonclient.utils import np_to_triton_dtype
 
     def request_inputs() -> list:
         built = []

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from triton_backend_gen.discovery import WHEEL_LIBS
+
 EXECUTABLE = "perf_analyzer"
 NEEDED_LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}
 
@@ -37,8 +39,6 @@ def find_perf_analyzer() -> Path | None:
 def library_dir(dest: Path) -> Path | None:
     """``dest`` holding the two names perf_analyzer needs, linked to the nvidia-pytriton wheel's files; None when
     the wheel is not installed."""
-    from triton_backend_gen.runtime.discovery import WHEEL_LIBS
-
     libs = next((Path(p) / WHEEL_LIBS for p in sys.path if (Path(p) / WHEEL_LIBS).is_dir()), None)
     if libs is None:
         return None

@@ -1,6 +1,7 @@
-"""``tbgen bench``: load one model of a project at several concurrency levels and report what it sustained.
+"""``tbgen bench``: load one model of a running server at several concurrency levels and report what it sustained.
 
-The server is started for the run (as `tbgen serve` does) unless ``url`` names a running one. Each level is
+``plan_bench`` checks the options against the model (before any server starts) and makes the request;
+``Bench.measure`` loads a running server (commands.bench starts one, or takes a URL). Each level is
 measured by perf_analyzer when it is available (``tool="auto"``), else by tbgen's asyncio gRPC generator; either
 way the server's own queue and compute times come from Triton's statistics extension (the difference over the
 level), and the CPU time both the client and the server used is reported beside the throughput, because on a
@@ -15,6 +16,7 @@ import resource
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,7 +28,9 @@ from triton_backend_gen.bench import perf_analyzer as pa
 from triton_backend_gen.bench.loadgen import run_load
 from triton_backend_gen.bench.stats import BenchReport, Level, percentiles
 from triton_backend_gen.errors import ServerError, UsageError
-from triton_backend_gen.project import load_project
+from triton_backend_gen.project import Project
+from triton_backend_gen.runtime.local import group_members
+from triton_backend_gen.smoke.model import ModelSpec, load_model_specs
 
 TOOLS = ("auto", "perf_analyzer", "builtin")
 BUILTIN = "tbgen (asyncio gRPC)"
@@ -47,29 +51,41 @@ class Target:
     responses_per_request: int  # decoupled: responses the reference streams per request; else 1
 
 
-def run_bench(path: Path, *, model: str | None = None, protocol: str = "grpc", concurrency: list[int] = (1, 8),
-              seconds: float = 10.0, batch_size: int = 1, tool: str = "auto", url: str | None = None,
-              server_pid: int | None = None, server: Path | None = None,
-              inputs: Mapping[str, np.ndarray] | None = None,
-              progress: Callable[[str], None] = lambda line: None) -> BenchReport:
-    """Benchmark ``model`` (default: the project's first) of the project at ``path``; see the module docstring.
+@dataclass(frozen=True)
+class Bench:
+    """One model's benchmark, planned: the request to send and the tool that sends it."""
 
-    ``url`` (HTTP host:port of a running server; gRPC is taken on the next port up unless it is given as
-    ``http,grpc``) skips starting one (``server_pid``, when known, gives its CPU use). ``inputs`` replaces ``reference.make_inputs`` for the request sent."""
-    from triton_backend_gen.runtime.server import prepare_server, stop_on_signals
-    from triton_backend_gen.smoke.model import load_model_specs
-    from triton_backend_gen.testrun import build_if_needed
+    spec: ModelSpec
+    protocol: str
+    batch_size: int
+    request: Mapping[str, np.ndarray]
+    responses_per_request: int
+    executable: Path | None  # perf_analyzer, or None for tbgen's builtin generator
+    work_dir: Path
 
+    def measure(self, http_url: str, grpc_url: str, server_pid: int | None, where: str, concurrency: list[int],
+                seconds: float, progress: Callable[[str], None] = lambda line: None) -> BenchReport:
+        """Load the server at ``http_url``/``grpc_url`` at each concurrency level for ``seconds``."""
+        target = Target(self.spec.name, http_url, grpc_url, server_pid, self.spec.decoupled,
+                        self.spec.max_batch_size > 0, self.request, self.responses_per_request)
+        tool = "perf_analyzer" if self.executable else BUILTIN
+        report = BenchReport(self.spec.name, self.protocol, tool, self.batch_size, where)
+        for level in concurrency:
+            progress(f"{self.spec.name}: concurrency {level} for {seconds:g} s ({tool}, {self.protocol})")
+            report.levels.append(_measure_level(target, level, seconds, self.batch_size, self.protocol,
+                                                self.executable, self.work_dir))
+        return report
+
+
+def plan_bench(project: Project, *, model: str | None = None, protocol: str = "grpc", batch_size: int = 1,
+               tool: str = "auto", inputs: Mapping[str, np.ndarray] | None = None) -> Bench:
+    """The benchmark of ``model`` (default: the project's first); UsageError for options the model or this
+    machine cannot honour. ``inputs`` replaces ``reference.make_inputs`` for the request sent."""
     if protocol not in ("grpc", "http"):
         raise UsageError(f"--protocol {protocol!r} is neither grpc nor http.", "Use --protocol grpc or --protocol http.")
     if tool not in TOOLS:
         raise UsageError(f"--tool {tool!r} is not one of {', '.join(TOOLS)}.", "Use --tool auto (the default).")
-    project = load_project(path)
-    entry = next((m for m in project.models if model in (None, m.name)), None)
-    if entry is None:
-        raise UsageError(f"{project.name} has no model {model!r}.",
-                         f"Models: {', '.join(m.name for m in project.models)}")
-    reference, [(spec, _config)] = load_model_specs(project, entry)
+    reference, [(spec, _config)] = load_model_specs(project, project.model(model))
     if batch_size > 1 and spec.max_batch_size == 0:
         raise UsageError(f"{spec.name} does not batch (max_batch_size 0): --batch-size {batch_size} cannot be sent.",
                          "Drop --batch-size.")
@@ -84,31 +100,7 @@ def run_bench(path: Path, *, model: str | None = None, protocol: str = "grpc", c
     if tool == "perf_analyzer" and executable is None:
         raise UsageError("perf_analyzer was not found (beside this Python or on PATH).",
                          "pip install 'tritonclient[all]==2.51.0' (its wheel ships perf_analyzer), or --tool builtin.")
-
-    def measure(target: Target) -> BenchReport:
-        report = BenchReport(spec.name, protocol, "perf_analyzer" if executable else BUILTIN, batch_size, where)
-        for level in concurrency:
-            progress(f"{spec.name}: concurrency {level} for {seconds:g} s ({report.tool}, {protocol})")
-            report.levels.append(_measure_level(target, level, seconds, batch_size, protocol, executable,
-                                                project.root / "build" / "tbgen" / "bench"))
-        return report
-
-    def target_of(http_url: str, grpc_url: str, pid: int | None) -> Target:
-        return Target(spec.name, http_url, grpc_url, pid, spec.decoupled, spec.max_batch_size > 0, request, per_request)
-
-    if url:
-        http_url, _, grpc_url = url.partition(",")
-        host, _, port = http_url.rpartition(":")
-        where = f"the server at {http_url}"
-        return measure(target_of(http_url, grpc_url or f"{host}:{int(port) + 1}", server_pid))
-    build_if_needed(project, server)
-    triton = prepare_server(project.root, server=server)
-    where = triton.describe()
-    with stop_on_signals(), triton:
-        not_ready = [m for m in triton.model_states() if m.name == spec.name and m.state != "READY"]
-        if not_ready:
-            raise ServerError(f"{spec.name} did not load: {not_ready[0].reason}", f"Server log: {triton.log_file}")
-        return measure(target_of(triton.http_url, triton.grpc_url, triton.pid))
+    return Bench(spec, protocol, batch_size, request, per_request, executable, project.runtime_dir / "bench")
 
 
 def _measure_level(target: Target, concurrency: int, seconds: float, batch_size: int, protocol: str,
@@ -183,8 +175,15 @@ def _builtin_level(target, concurrency, seconds, batch_size) -> tuple[dict, floa
 def model_stats(http_url: str, model: str) -> dict:
     """The model's entry of Triton's statistics extension (GET /v2/models/<model>/stats)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as response:
-        entries = json.loads(response.read()).get("model_stats", [])
+    try:
+        with opener.open(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as response:
+            entries = json.loads(response.read()).get("model_stats", [])
+    except urllib.error.HTTPError as err:
+        raise ServerError(f"The server at {http_url} has no model {model} ready (HTTP {err.code}).",
+                          "Check the server's models (tbgen serve lists them), or pick another with --model.") from err
+    except (OSError, ValueError) as err:  # nothing listens there, or it is not a Triton server
+        raise ServerError(f"No Triton server answers at {http_url}: {err}",
+                          "Start one (tbgen serve), or give --url the HTTP host:port of a running server.") from err
     return entries[0] if entries else {}
 
 
@@ -206,8 +205,6 @@ def server_cpu_seconds(pid: int | None) -> float | None:
     """CPU seconds used so far by ``pid``'s process group (the server and its python stubs); None without one."""
     if pid is None:
         return None
-    from triton_backend_gen.runtime.server import group_members
-
     ticks = 0
     for member in group_members(pid) or [pid]:
         try:

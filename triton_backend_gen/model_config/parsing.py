@@ -7,6 +7,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from triton_backend_gen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,8 +33,6 @@ _DTYPE_ALIASES = {
 
 def load_model_config(path: Path) -> ModelConfig:
     """The ModelConfig in ``path``; raises ConfigError when the file is unreadable or not a valid config."""
-    from google.protobuf import text_format
-
     text = read_text(path)
     try:
         return parse_text(text)
@@ -53,9 +54,6 @@ def read_text(path: Path) -> str:
 
 def parse_text(text: str) -> ModelConfig:
     """The ModelConfig in ``text``; raises protobuf's ``text_format.ParseError``."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
@@ -67,47 +65,73 @@ def explain_parse_error(err: Exception) -> tuple[int | None, str]:
     # Errors that quote the offending line repeat it before the reason: keep the reason only.
     raw = re.sub(r"^'.*?': (?=[A-Z])", "", raw).rstrip(".")
     message = f"column {column}: {raw}" if column else raw
-
-    oneof = re.search(r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof "(\w+)"', raw)
-    if oneof:
-        second, first = oneof.group(1), oneof.group(2)
-        if {first, second} <= {"dynamic_batching", "sequence_batching", "ensemble_scheduling"}:
-            return line, (
-                f"{second} is set together with {first}; a model has exactly one scheduler: keep one of them "
-                "(sequence_batching already batches requests of different sequences)"
-            )
-        return line, f"{second} is set together with {first}, but only one of them may be set; keep one"
-
-    unknown_field = re.search(r'Message type "([\w.]+)" has no field named "(\w+)"', raw)
-    if unknown_field:
-        names = _schema_names(unknown_field.group(1), enum=False)
-        close = difflib.get_close_matches(unknown_field.group(2), names, n=1)
-        hint = f"; did you mean {close[0]}?" if close else "; see the ModelConfig reference for the field names"
-        return line, f"{message}{hint}"
-
-    unknown_enum = re.search(r'Enum type "([\w.]+)" has no value named (\w+)', raw)
-    if unknown_enum:
-        enum, value = unknown_enum.groups()
-        values = _schema_names(enum, enum=True)
-        guess = None
-        if enum == "inference.DataType":
-            guess = _DTYPE_ALIASES.get(value) or (f"TYPE_{value}" if f"TYPE_{value}" in values else None)
-        close = [guess] if guess else difflib.get_close_matches(value, values, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        if enum == "inference.DataType":
-            hint += " Valid data types: " + ", ".join(v for v in values if v != "TYPE_INVALID")
-        return line, f"{message}{hint}"
-
-    repeated = re.search(r'should not have multiple "(\w+)" fields', raw)
-    if repeated:
-        return line, f"{repeated.group(1)} is set more than once; it takes a single value, keep one"
+    for explain in _EXPLAINERS:
+        clearer = explain(raw, message)
+        if clearer is not None:
+            return line, clearer
     return line, message
+
+
+# Each takes (the parser's reason, the message with its column) and returns a clearer message for the errors
+# it knows, else None.
+
+
+def _explain_oneof(raw: str, message: str) -> str | None:
+    """Two members of one oneof, above all two schedulers."""
+    oneof = re.search(r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof "(\w+)"', raw)
+    if not oneof:
+        return None
+    second, first = oneof.group(1), oneof.group(2)
+    if {first, second} <= {"dynamic_batching", "sequence_batching", "ensemble_scheduling"}:
+        return (
+            f"{second} is set together with {first}; a model has exactly one scheduler: keep one of them "
+            "(sequence_batching already batches requests of different sequences)"
+        )
+    return f"{second} is set together with {first}, but only one of them may be set; keep one"
+
+
+def _explain_unknown_field(raw: str, message: str) -> str | None:
+    """A field the message does not have: the closest name it has."""
+    unknown_field = re.search(r'Message type "([\w.]+)" has no field named "(\w+)"', raw)
+    if not unknown_field:
+        return None
+    names = _schema_names(unknown_field.group(1), enum=False)
+    close = difflib.get_close_matches(unknown_field.group(2), names, n=1)
+    hint = f"; did you mean {close[0]}?" if close else "; see the ModelConfig reference for the field names"
+    return f"{message}{hint}"
+
+
+def _explain_unknown_enum(raw: str, message: str) -> str | None:
+    """A value the enum does not have: the value meant (data type aliases first), and for a data type the
+    valid ones."""
+    unknown_enum = re.search(r'Enum type "([\w.]+)" has no value named (\w+)', raw)
+    if not unknown_enum:
+        return None
+    enum, value = unknown_enum.groups()
+    values = _schema_names(enum, enum=True)
+    guess = None
+    if enum == "inference.DataType":
+        guess = _DTYPE_ALIASES.get(value) or (f"TYPE_{value}" if f"TYPE_{value}" in values else None)
+    close = [guess] if guess else difflib.get_close_matches(value, values, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    if enum == "inference.DataType":
+        hint += " Valid data types: " + ", ".join(v for v in values if v != "TYPE_INVALID")
+    return f"{message}{hint}"
+
+
+def _explain_repeated(raw: str, message: str) -> str | None:
+    """A single-valued field set twice."""
+    repeated = re.search(r'should not have multiple "(\w+)" fields', raw)
+    if not repeated:
+        return None
+    return f"{repeated.group(1)} is set more than once; it takes a single value, keep one"
+
+
+_EXPLAINERS = (_explain_oneof, _explain_unknown_field, _explain_unknown_enum, _explain_repeated)
 
 
 def _schema_names(full_name: str, *, enum: bool) -> list[str]:
     """The value names of enum ``full_name``, or the field names of message ``full_name``; [] if unknown."""
-    from tritonclient.grpc import model_config_pb2
-
     pool = model_config_pb2.DESCRIPTOR.pool
     try:
         if enum:

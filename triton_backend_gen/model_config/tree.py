@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from triton_backend_gen.model_config.checks import check_config
 from triton_backend_gen.model_config.findings import CONFIG_FILE, Expectations, Finding
+from triton_backend_gen.project import BackendKind, Project, load_project_or_none
 
 _SKIPPED_DIRS = {"__pycache__", "node_modules", "_deps"}
 
@@ -37,13 +37,9 @@ def validate_tree(root: Path, *, gpus_visible: bool | None = None) -> list[Findi
     """Findings for every config under ``root``; models listed in the enclosing tbgen.toml (if any) are also
     checked against what the project expects of them (backend, decoupled, GPU). ``gpus_visible=False`` warns
     about GPU instances, which a server on this machine would refuse."""
-    from triton_backend_gen.project import find_project_root, load_project
-
     root = Path(root)
-    expectations: dict[Path, Expectations] = {}
-    start = root if root.is_dir() else root.parent
-    if find_project_root(start) is not None:
-        expectations = _project_expectations(load_project(start))
+    project = load_project_or_none(root if root.is_dir() else root.parent)
+    expectations = _project_expectations(project) if project is not None else {}
     findings: list[Finding] = []
     for config in find_configs(root):
         expect = replace(expectations.get(config.resolve(), Expectations()), gpus_visible=gpus_visible)
@@ -51,18 +47,14 @@ def validate_tree(root: Path, *, gpus_visible: bool | None = None) -> list[Findi
     return findings
 
 
-def _project_expectations(project: Any) -> dict[Path, Expectations]:
+def _project_expectations(project: Project) -> dict[Path, Expectations]:
     """The config path of each model the project's tbgen.toml lists -> what the project expects of it."""
-    python_based = bool(project.answers.get("python_based_backend", False))
-    if project.language == "python" and not python_based:
-        backend = "python"  # a model for the stock python backend
-    else:
-        backend = project.backend
+    # Models for the stock python backend name "python"; a C++ or Python-based backend names its own.
+    backend = "python" if project.kind is BackendKind.PYTHON else project.backend
     # GPU support is a property of the project's own (C++) backend; a Python model may use GPUs through
     # the stock python backend whatever tbgen.toml says.
-    gpu = project.gpu if project.language == "cpp" else None
-    repository = project.model_repository.resolve()
+    gpu = project.gpu if project.is_cpp else None
     return {
-        repository / model.name / CONFIG_FILE: Expectations(backend=backend, decoupled=model.decoupled, gpu=gpu)
+        model.config_file.resolve(): Expectations(backend=backend, decoupled=model.decoupled, gpu=gpu)
         for model in project.models
     }

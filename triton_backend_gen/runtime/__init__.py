@@ -1,36 +1,19 @@
-"""Runtime stage: find a tritonserver, assemble its backend directory, run it, stop it.
+"""Runtime stage: run a tritonserver (a local process or a container) on a project's models, and stop it.
 
-``start_server`` is the stage function the CLI's ``serve``/``test``/``infer`` call; ``find_tritonserver`` and
-``discover_servers`` answer "which server?" (``tbgen doctor``).
+``prepare_server``/``start_server`` (runtime.launch) pick the launcher; ``TritonServer`` (runtime.server) is
+the interface both launchers give: endpoints, model states, log lines, start and stop.
 """
 
 from triton_backend_gen.runtime.backend_dir import BackendLayout, assemble_backend_dir
-from triton_backend_gen.runtime.discovery import (
-    ServerInstall,
-    discover_servers,
-    find_tritonserver,
-)
-from triton_backend_gen.runtime.server import (
-    ModelState,
-    ServerOptions,
-    SignalReceived,
-    TritonServer,
-    prepare_server,
-    start_server,
-    stop_on_signals,
-)
+from triton_backend_gen.runtime.launch import prepare_server, start_server
+from triton_backend_gen.runtime.server import ModelState, ServerOptions, TritonServer
 
 __all__ = [
     "BackendLayout",
     "ModelState",
-    "ServerInstall",
     "ServerOptions",
-    "SignalReceived",
     "TritonServer",
     "assemble_backend_dir",
-    "discover_servers",
-    "find_tritonserver",
     "prepare_server",
     "start_server",
-    "stop_on_signals",
 ]

@@ -20,13 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from triton_backend_gen.discovery import STUB_NAME, ServerInstall, python_version_of
 from triton_backend_gen.errors import ServerError
-from triton_backend_gen.project import Project
-from triton_backend_gen.runtime.discovery import (
-    STUB_NAME,
-    ServerInstall,
-    python_version_of,
-)
+from triton_backend_gen.project import BackendKind, Project
 from triton_backend_gen.runtime.sanitizers import sanitizer_environment, sanitizer_runtimes
 
 PYTHON_BACKEND = "python"
@@ -56,19 +52,16 @@ def project_backend_dir(project: Project) -> Path | None:
     """The directory the project's own backend is served from, or None when it has none (stock python models).
 
     Raises ServerError when a C++ project's library has not been built yet."""
-    if project.language == "cpp":
-        library = f"libtriton_{project.backend}.so"
-        candidates = (project.root / "build" / "install" / "backends" / project.backend,)
-        for candidate in candidates:
-            if (candidate / library).is_file():
-                return candidate
-        raise ServerError(
-            f"The backend of {project.name} is not built: {candidates[0] / library} does not exist.",
-            f"Run `tbgen build {project.root}`, or in the project: cmake --preset release && "
-            "cmake --build --preset release && cmake --install build",
-        )
-    if project.answers.get("python_based_backend"):
-        directory = project.root / "backends" / project.backend
+    if project.kind is BackendKind.CPP:
+        if not project.library.is_file():
+            raise ServerError(
+                f"The backend of {project.name} is not built: {project.library} does not exist.",
+                f"Run `tbgen build {project.root}`, or in the project: cmake --preset release && "
+                "cmake --build --preset release && cmake --install build",
+            )
+        return project.installed_backend_dir
+    if project.kind is BackendKind.PYTHON_BASED:
+        directory = project.python_based_dir
         if not (directory / "model.py").is_file():
             raise ServerError(
                 f"The Python-based backend of {project.name} is missing: {directory / 'model.py'} does not exist.",
@@ -89,39 +82,18 @@ def assemble_backend_dir(
     backends, lib = dest / "backends", dest / "lib"
     own_backend = project_backend_dir(project) if project is not None else None
     for directory in (backends, lib):
-        if directory.is_symlink() or directory.is_file():
-            directory.unlink()
-        elif directory.exists():
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True)
+        _make_empty(directory)
 
-    warnings: list[str] = []
-    python_version: str | None = None
-    if install.backends_dir.is_dir():
-        for entry in sorted(install.backends_dir.iterdir()):
-            if entry.name == PYTHON_BACKEND and entry.is_dir():
-                python_version, warning = _copy_python_backend(install, entry, backends / PYTHON_BACKEND, python)
-                if warning:
-                    warnings.append(warning)
-            elif entry.is_dir():
-                (backends / entry.name).symlink_to(entry)
-
-    if own_backend is not None:
-        target = backends / project.backend
-        if target.exists() or target.is_symlink():
-            raise ServerError(
-                f"The backend name '{project.backend}' of {project.name} is also a backend of the server "
-                f"({install.backends_dir / project.backend}).",
-                "Rename the project's backend (backend_name) so that it does not shadow the server's.",
-            )
-        target.symlink_to(own_backend.resolve())
+    python_version, warnings = _link_server_backends(install, backends, python)
     runtimes: tuple[Path, ...] = ()
-    if own_backend is not None and project.language == "cpp":
-        runtimes = sanitizer_runtimes(own_backend / f"libtriton_{project.backend}.so")
+    if own_backend is not None:
+        _link_own_backend(install, project, own_backend, backends)
+        if project.is_cpp:
+            runtimes = sanitizer_runtimes(project.library)
 
     if install.libtritonserver is not None:
         (lib / "libtritonserver.so").symlink_to(install.libtritonserver)
-    elif project is not None and project.language == "cpp":
+    elif project is not None and project.is_cpp:
         warnings.append(f"no libtritonserver library found beside {install.executable}; a C++ backend may not load")
 
     return BackendLayout(
@@ -132,6 +104,44 @@ def assemble_backend_dir(
         warnings=tuple(warnings),
         sanitizer_runtimes=runtimes,
     )
+
+
+def _make_empty(directory: Path) -> None:
+    """Create ``directory`` empty, removing whatever file, link or tree was there."""
+    if directory.is_symlink() or directory.is_file():
+        directory.unlink()
+    elif directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+
+
+def _link_server_backends(install: ServerInstall, backends: Path, python: Path) -> tuple[str | None, list[str]]:
+    """Link each of the server's backends into ``backends``, the python backend copied with the stub for
+    ``python``; returns (the stub's Python, warnings)."""
+    warnings: list[str] = []
+    python_version: str | None = None
+    if not install.backends_dir.is_dir():
+        return python_version, warnings
+    for entry in sorted(install.backends_dir.iterdir()):
+        if entry.name == PYTHON_BACKEND and entry.is_dir():
+            python_version, warning = _copy_python_backend(install, entry, backends / PYTHON_BACKEND, python)
+            if warning:
+                warnings.append(warning)
+        elif entry.is_dir():
+            (backends / entry.name).symlink_to(entry)
+    return python_version, warnings
+
+
+def _link_own_backend(install: ServerInstall, project: Project, own_backend: Path, backends: Path) -> None:
+    """Link the project's backend into ``backends``; raises ServerError when the server has one of that name."""
+    target = backends / project.backend
+    if target.exists() or target.is_symlink():
+        raise ServerError(
+            f"The backend name '{project.backend}' of {project.name} is also a backend of the server "
+            f"({install.backends_dir / project.backend}).",
+            "Rename the project's backend (backend_name) so that it does not shadow the server's.",
+        )
+    target.symlink_to(own_backend.resolve())
 
 
 def _copy_python_backend(

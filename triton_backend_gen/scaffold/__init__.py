@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from triton_backend_gen.scaffold.answers import Prompter, read_answers_file, resolve_answers
+from triton_backend_gen.errors import AnswerError
+from triton_backend_gen.scaffold import naming
+from triton_backend_gen.scaffold.answers import Prompter, parse_set_options, read_answers_file, resolve_answers
 from triton_backend_gen.scaffold.render import render_project
 from triton_backend_gen.scaffold.templates import get_template, list_templates
 
-__all__ = ["render_new_project", "read_answers_file", "resolve_answers", "render_project", "get_template", "list_templates"]
+__all__ = ["render_new_project", "parse_set_options", "read_answers_file", "resolve_answers", "render_project", "get_template", "list_templates"]
 
 
 def render_new_project(
@@ -31,5 +33,12 @@ def render_new_project(
     defaults or are asked for through ``prompter``.
     """
     spec = get_template(template)
-    answers = resolve_answers(spec, {"project_name": Path(target).name, **given}, prompter)
+    name = naming.check_project_name(Path(target).name)  # as it is: answers are stripped, a directory name is not
+    if "project_name" in given and str(given["project_name"]).strip() != name:
+        raise AnswerError(
+            f"project_name {given['project_name']!r} differs from the name of the project directory {name!r}.",
+            "The project's name is the last part of PATH (tbgen new PATH): leave project_name out of --set and "
+            "answers files.",
+        )
+    answers = resolve_answers(spec, {"project_name": name, **given}, prompter)
     return render_project(spec, answers, Path(target), force=force)

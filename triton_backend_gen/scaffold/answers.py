@@ -8,10 +8,13 @@ so that choosing ``--triton-version`` moves them too.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
+
+from cookiecutter.environment import StrictEnvironment
 
 from triton_backend_gen import versions
 from triton_backend_gen.errors import AnswerError, UsageError
@@ -22,6 +25,10 @@ _TRUE = {"y", "yes", "true", "on", "1"}
 _FALSE = {"n", "no", "false", "off", "0"}
 INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 TENSOR_KEYS = ("input0_name", "input1_name", "output0_name", "output1_name")
+# Limits of the model configuration's fields: max_batch_size and instance counts are int32, dims int64.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+_CUDA_ARCHITECTURE = re.compile(r"[0-9]+[af]?")  # 80, 90a, 100f (ASCII digits only)
 
 
 def parse_set_options(pairs: list[str]) -> dict[str, str]:
@@ -46,9 +53,16 @@ def read_answers_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a table of answers.", 'Example (TOML): dtype = "FP16"')
     if "answers" in data:  # a project's tbgen.toml
-        answers = dict(data["answers"])
+        answers, meta = data["answers"], data.get("tbgen", {})
+        for name, table in (("answers", answers), ("tbgen", meta)):
+            if not isinstance(table, dict):
+                raise UsageError(
+                    f"{path}: {name} must be a table, got {type(table).__name__} {table!r}.",
+                    "A project's tbgen.toml has [tbgen] (with template = ...) and [answers] tables.",
+                )
+        answers = dict(answers)
         answers.pop("project_name", None)  # the new project's name comes from its path
-        template = data.get("tbgen", {}).get("template")
+        template = meta.get("template")
         return {**answers, "template": template} if template else answers
     return dict(data)
 
@@ -91,7 +105,7 @@ def parse_dims(value: str) -> str:
         dims = [int(p) for p in parts]
     except ValueError:
         dims = []
-    if not dims or any(d == 0 or d < -1 for d in dims):
+    if not dims or any(d == 0 or d < -1 or d > INT64_MAX for d in dims):
         raise AnswerError(
             f"dims must be a comma-separated list of positive sizes or -1 (variable), got {value!r}.",
             "Examples: --set dims=16, --set dims=2,3, --set dims=-1",
@@ -103,6 +117,8 @@ def _non_negative(key: str) -> Callable[[int], int]:
     def check(value: int) -> int:
         if value < 0:
             raise AnswerError(f"{key} must be 0 or more (0 disables batching), got {value}.", f"Example: --set {key}=8")
+        if value > INT32_MAX:  # an int32 field of the model configuration
+            raise AnswerError(f"{key} must be at most {INT32_MAX}, got {value}.", f"Example: --set {key}=8")
         return value
 
     return check
@@ -112,6 +128,8 @@ def _positive(key: str) -> Callable[[int], int]:
     def check(value: int) -> int:
         if value < 1:
             raise AnswerError(f"{key} must be 1 or more, got {value}.", f"Example: --set {key}=1")
+        if value > INT32_MAX:  # an int32 field of the model configuration
+            raise AnswerError(f"{key} must be at most {INT32_MAX}, got {value}.", f"Example: --set {key}=1")
         return value
 
     return check
@@ -128,7 +146,7 @@ def _instance_kind(value: str) -> str:
 
 def _cuda_architectures(value: str) -> str:
     archs = [a.strip() for a in value.replace(",", ";").split(";") if a.strip()]
-    if not archs or not all(a.rstrip("af").isdigit() for a in archs):
+    if not archs or not all(_CUDA_ARCHITECTURE.fullmatch(a) for a in archs):
         raise AnswerError(
             f"cuda_architectures must be a ';'-separated list of compute capabilities, got {value!r}.",
             "Example: --set cuda_architectures='80;90'",
@@ -208,7 +226,6 @@ def _default(option: Option, answers: dict[str, Any]) -> Any:
         return MATRIX_DEFAULTS[option.key](answers)
     if isinstance(option.default, str) and "{{" in option.default:
         # Rendered the way cookiecutter renders it, so plain cookiecutter gives the same defaults.
-        from cookiecutter.environment import StrictEnvironment
 
         return StrictEnvironment().from_string(option.default).render(cookiecutter=answers)
     return option.default

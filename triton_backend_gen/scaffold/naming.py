@@ -16,6 +16,8 @@ _MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _TENSOR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 MAX_BACKEND_NAME = 64
+# A project name is a directory name (at most 255 bytes) with room for the hidden sibling it is rendered in.
+MAX_PROJECT_NAME = 128
 
 # Backends that Triton (or its ecosystem) already ships: a custom backend with one of these names would be
 # shadowed by, or shadow, the real one in /opt/tritonserver/backends.
@@ -45,6 +47,9 @@ def check_project_name(name: str) -> str:
             f"Invalid project name {name!r}: use letters, digits, '-' and '_', starting with a letter.",
             "Example: my-backend",
         )
+    if len(name) > MAX_PROJECT_NAME:
+        raise AnswerError(f"Project name {name[:32]!r}... is longer than {MAX_PROJECT_NAME} characters.",
+                          "Example: my-backend")
     return name
 
 

@@ -17,6 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cookiecutter.exceptions import CookiecutterException
+from cookiecutter.generate import generate_context, generate_files
+from cookiecutter.prompt import prompt_for_config
+
 from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.scaffold.templates import Template
 
@@ -26,16 +30,22 @@ def render_project(template: Template, answers: Mapping[str, Any], target: Path,
     target = target.absolute()
     if target.name != answers["project_name"]:
         raise ScaffoldError(f"Target {target} does not match project_name {answers['project_name']!r}.")
-    if target.exists() and not target.is_dir():
-        raise UsageError(f"{target} exists and is not a directory.", "Choose another project name or path.")
-    if _non_empty_dir(target) and not force:
-        raise UsageError(
-            f"{target} already exists and is not empty.",
-            "Pass --force to overwrite the files the template produces (your other files are kept), "
-            "or choose another name.",
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tbgen-", dir=target.parent))
+    created: list[Path] = []
+    try:
+        if target.exists() and not target.is_dir():
+            raise UsageError(f"{target} exists and is not a directory.", "Choose another project name or path.")
+        if _non_empty_dir(target) and not force:
+            raise UsageError(
+                f"{target} already exists and is not empty.",
+                "Pass --force to overwrite the files the template produces (your other files are kept), "
+                "or choose another name.",
+            )
+        created = _make_parents(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tbgen-", dir=target.parent))
+    except OSError as err:
+        _remove_empty(created)
+        raise _cannot_create(target, err) from err
+    moved = False
     try:
         rendered = _render_with_cookiecutter(template, answers, staging)
         with _sigint_deferred():
@@ -45,17 +55,58 @@ def render_project(template: Template, answers: Mapping[str, Any], target: Path,
                 if target.exists():
                     target.rmdir()  # empty, so nothing of the user's is lost
                 os.rename(rendered, target)
+            moved = True
+    except OSError as err:
+        raise _cannot_create(target, err) from err
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not moved:
+            _remove_empty(created)
     return target
+
+
+def _make_parents(target: Path) -> list[Path]:
+    """Create the missing directories above ``target``; returns them, outermost first. A file where a directory
+    must be is a UsageError."""
+    missing = []
+    parent = target.parent
+    while not parent.is_dir():
+        if parent.exists() or parent.is_symlink():
+            raise UsageError(
+                f"Cannot create {target}: {parent} exists and is not a directory.", "Choose another path."
+            )
+        missing.append(parent)
+        parent = parent.parent
+    created: list[Path] = []
+    try:
+        for directory in reversed(missing):
+            directory.mkdir()
+            created.append(directory)
+    except OSError:
+        _remove_empty(created)
+        raise
+    return created
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove the directories tbgen created for a project that was not written, innermost first."""
+    for directory in reversed(directories):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
+def _cannot_create(target: Path, err: OSError) -> UsageError:
+    return UsageError(
+        f"Cannot create {target}: {err.strerror or err}.",
+        "Choose a path whose directories you can write to, with no name longer than 255 bytes.",
+    )
 
 
 def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], output_dir: Path) -> Path:
     # cookiecutter's building blocks rather than cookiecutter(): no replay file in the user's home, and the
     # answers are already validated.
-    from cookiecutter.exceptions import CookiecutterException
-    from cookiecutter.generate import generate_context, generate_files
-    from cookiecutter.prompt import prompt_for_config
 
     try:
         context = generate_context(
@@ -67,6 +118,9 @@ def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], ou
         )
     except CookiecutterException as err:
         raise ScaffoldError(f"Template {template.name} failed to render: {err}", "This is a bug in the template.") from err
+    # pip byte-compiles an installed wheel's .py files, the templates' too: their bytecode is no project file.
+    for cache in sorted(Path(project_dir).rglob("__pycache__"), reverse=True):
+        shutil.rmtree(cache)
     return Path(project_dir)
 
 

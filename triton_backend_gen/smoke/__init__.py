@@ -20,23 +20,28 @@ raw HTTP and gRPC (loopback only) and reports what came back and the server's me
 Modules: ``model`` (the model's config.pbtxt as a ModelSpec, reference.py), ``compare`` (judging outputs and
 served configs), ``clients`` (tritonclient clients and gRPC streams), ``checks`` (the checks and
 :func:`plan_smoke`), ``run`` (:func:`run_smoke`, JUnit XML), ``fuzz`` (:func:`plan_fuzz`, :func:`run_fuzz`,
-the report, server memory) and ``fuzz_requests`` (what each fuzz case sends, over raw HTTP and gRPC).
+the report, server memory) and ``fuzz_requests`` (the registry of fuzz kinds and what each case sends, over raw HTTP and gRPC).
 """
 
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT, bad_requests, plan_smoke
 from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences, is_exact_dtype, output_mismatches
 from triton_backend_gen.smoke.fuzz import (
-    FUZZ_KINDS,
     GRPC_POOL_FACTOR,
-    FuzzCase,
     FuzzReport,
     memory_limit,
     memory_of,
     plan_fuzz,
     run_fuzz,
 )
-from triton_backend_gen.smoke.fuzz_requests import FUZZ_TIMEOUT_S, HUGE_MIB, fuzz_tensors, run_fuzz_case
+from triton_backend_gen.smoke.fuzz_requests import (
+    FUZZ_KINDS,
+    FUZZ_TIMEOUT_S,
+    HUGE_MIB,
+    FuzzCase,
+    fuzz_tensors,
+    run_fuzz_case,
+)
 from triton_backend_gen.smoke.model import (
     ModelSpec,
     SmokeError,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import threading
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from triton_backend_gen.smoke.clients import (
     REQUEST_TIMEOUT_S,
@@ -22,7 +26,7 @@ from triton_backend_gen.smoke.clients import (
     timeout_kwargs,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences
-from triton_backend_gen.smoke.model import ModelSpec, TensorSpec, load_model_specs
+from triton_backend_gen.smoke.model import ModelSpec, TensorSpec, load_model_specs, reference_mismatch
 from triton_backend_gen.smoke.run import SmokeCheck
 
 if TYPE_CHECKING:
@@ -47,25 +51,30 @@ def _check_metadata(spec: ModelSpec, protocol: str, endpoints: Endpoints) -> str
     if meta.get("name") != spec.name:
         problems.append(f"name {meta.get('name')!r}, expected {spec.name!r}")
     for kind, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
-        served = {t["name"]: t for t in meta.get(kind, [])}
-        if set(served) != {t.name for t in tensors}:
-            problems.append(f"{kind} {sorted(served)}, config.pbtxt declares {sorted(t.name for t in tensors)}")
-            continue
-        for tensor in tensors:
-            got = served[tensor.name]
-            shape = [int(d) for d in got.get("shape", [])]
-            if got.get("datatype") != tensor.datatype:
-                problems.append(f"{tensor.name}: datatype {got.get('datatype')}, expected {tensor.datatype}")
-            if shape != spec.served_shape(tensor):
-                problems.append(f"{tensor.name}: shape {shape}, expected {spec.served_shape(tensor)}")
+        problems += _served_tensor_problems(spec, kind, tensors, meta.get(kind, []))
     if problems:
         raise AssertionError("served metadata differs from config.pbtxt: " + "; ".join(problems))
     return f"{len(spec.inputs)} inputs, {len(spec.outputs)} outputs as in config.pbtxt"
 
 
+def _served_tensor_problems(spec: ModelSpec, kind: str, tensors: tuple[TensorSpec, ...],
+                            served_list: list[dict[str, Any]]) -> list[str]:
+    """How the served metadata of ``kind`` ("inputs" or "outputs") differs from ``tensors``."""
+    served = {t["name"]: t for t in served_list}
+    if set(served) != {t.name for t in tensors}:
+        return [f"{kind} {sorted(served)}, config.pbtxt declares {sorted(t.name for t in tensors)}"]
+    problems = []
+    for tensor in tensors:
+        got = served[tensor.name]
+        shape = [int(d) for d in got.get("shape", [])]
+        if got.get("datatype") != tensor.datatype:
+            problems.append(f"{tensor.name}: datatype {got.get('datatype')}, expected {tensor.datatype}")
+        if shape != spec.served_shape(tensor):
+            problems.append(f"{tensor.name}: shape {shape}, expected {spec.served_shape(tensor)}")
+    return problems
+
+
 def _check_config(spec: ModelSpec, local: ModelConfig, protocol: str, endpoints: Endpoints) -> str:
-    from google.protobuf import json_format
-    from tritonclient.grpc import model_config_pb2
 
     with open_client(protocol, endpoints) as client:
         if protocol == "http":
@@ -93,7 +102,6 @@ def _check_config(spec: ModelSpec, local: ModelConfig, protocol: str, endpoints:
 
 
 def _tensor_problems(kind: str, arrays: dict[str, np.ndarray], tensors: tuple[TensorSpec, ...], batch: int | None):
-    from tritonclient.utils import np_to_triton_dtype
 
     problems = []
     declared = {t.name: t for t in tensors}
@@ -101,15 +109,19 @@ def _tensor_problems(kind: str, arrays: dict[str, np.ndarray], tensors: tuple[Te
     if not required <= set(arrays) or not set(arrays) <= set(declared):
         problems.append(f"{kind} {sorted(arrays)}, config.pbtxt declares {sorted(declared)}")
     for name, array in arrays.items():
-        tensor = declared.get(name)
-        if tensor is None:
-            continue
-        array = np.asarray(array)
-        if np_to_triton_dtype(array.dtype) != tensor.datatype:
-            problems.append(f"{kind} {name}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
-        dims = ((batch,) if batch is not None else ()) + tensor.dims
-        if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
-            problems.append(f"{kind} {name}: shape {list(array.shape)}, config.pbtxt allows {list(dims)}")
+        if name in declared:
+            problems += _array_problems(f"{kind} {name}", np.asarray(array), declared[name], batch)
+    return problems
+
+
+def _array_problems(label: str, array: np.ndarray, tensor: TensorSpec, batch: int | None) -> list[str]:
+    """How ``array`` disagrees with the dtype and dims (after ``batch``, when batched) of ``tensor``."""
+    problems = []
+    if np_to_triton_dtype(array.dtype) != tensor.datatype:
+        problems.append(f"{label}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
+    dims = ((batch,) if batch is not None else ()) + tensor.dims
+    if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
+        problems.append(f"{label}: shape {list(array.shape)}, config.pbtxt allows {list(dims)}")
     return problems
 
 
@@ -328,8 +340,6 @@ def bad_requests(spec: ModelSpec, reference: ModuleType) -> dict[str, dict[str, 
 
 def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str, protocol: str,
                        endpoints: Endpoints) -> str:
-    from tritonclient.utils import InferenceServerException
-
     if spec.decoupled:
         with Stream(endpoints) as stream:
             stream.send(spec.name, inputs, request_id="bad")
@@ -351,7 +361,6 @@ def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str
 
 
 def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
-    from tritonclient.utils import InferenceServerException
 
     with open_client(protocol, endpoints) as client:
         try:
@@ -367,9 +376,14 @@ def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, proto
 # ---- Planning -------------------------------------------------------------------------------------------
 
 
-def plan_smoke(project: Project, model: ModelEntry | None = None) -> list[SmokeCheck]:
-    """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py."""
-    reference, specs = load_model_specs(project, model)
+def _fail(message: str, _endpoints: Endpoints) -> str:
+    raise AssertionError(message)
+
+
+def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Path | None = None) -> list[SmokeCheck]:
+    """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py;
+    ``repository`` is the one served when it is not the project's (a run copy)."""
+    reference, specs = load_model_specs(project, model, repository)
     plan = []
     for spec, config in specs:
         prefix = f"{spec.name}: " if len(specs) > 1 else ""
@@ -378,10 +392,14 @@ def plan_smoke(project: Project, model: ModelEntry | None = None) -> list[SmokeC
 
 
 def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> list[SmokeCheck]:
-    plan = [SmokeCheck("reference.py matches config.pbtxt", "-", partial(_check_reference, spec, reference))]
+    mismatch = reference_mismatch(spec, reference)
+    check = partial(_fail, mismatch) if mismatch else partial(_check_reference, spec, reference)
+    plan = [SmokeCheck("reference.py matches config.pbtxt", "-", check)]
     for protocol in ("http", "grpc"):
         plan.append(SmokeCheck("metadata", protocol, partial(_check_metadata, spec, protocol)))
         plan.append(SmokeCheck("config", protocol, partial(_check_config, spec, config, protocol)))
+    if mismatch:
+        return plan  # requests made from another model's reference would test nothing
     if spec.decoupled:
         plan += [
             SmokeCheck("stream", "grpc", partial(_check_stream, spec, reference)),

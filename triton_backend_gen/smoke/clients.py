@@ -6,9 +6,13 @@ import contextlib
 import queue
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Self
 
 import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import np_to_triton_dtype
 
 from triton_backend_gen.smoke.model import ModelSpec
 
@@ -24,12 +28,8 @@ class Endpoints:
 # ---- Clients --------------------------------------------------------------------------------------------
 
 
-def _client_module(protocol: str):
-    if protocol == "http":
-        import tritonclient.http as module
-    else:
-        import tritonclient.grpc as module
-    return module
+def _client_module(protocol: str) -> ModuleType:
+    return httpclient if protocol == "http" else grpcclient
 
 
 @contextlib.contextmanager
@@ -52,8 +52,6 @@ def timeout_kwargs(protocol: str) -> dict[str, float]:
 
 
 def infer_inputs(protocol: str, inputs: dict[str, np.ndarray]) -> list:
-    from tritonclient.utils import np_to_triton_dtype
-
     module = _client_module(protocol)
     tensors = []
     for name, array in inputs.items():
@@ -99,8 +97,6 @@ class Stream:
     """One gRPC stream: requests with ids, and each request's results up to its final flag."""
 
     def __init__(self, endpoints: Endpoints) -> None:
-        import tritonclient.grpc as grpcclient
-
         self._grpcclient = grpcclient
         self._client = grpcclient.InferenceServerClient(endpoints.grpc_url)
         self._results: queue.Queue = queue.Queue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from google.protobuf.descriptor import FieldDescriptor
 
 # ---- Outputs --------------------------------------------------------------------------------------------
 
@@ -67,39 +68,56 @@ def config_differences(local: Any, served: Any, path: str = "") -> list[str]:
 
     Fields the server fills in (defaults, auto-completed values) are not differences; repeated messages with
     a ``name`` are matched by name, others by position."""
-    from google.protobuf.descriptor import FieldDescriptor
-
     problems = []
     for descriptor, value in local.ListFields():
         where = f"{path}.{descriptor.name}" if path else descriptor.name
-        other = getattr(served, descriptor.name)
-        is_message = descriptor.type == FieldDescriptor.TYPE_MESSAGE
-        if descriptor.label == FieldDescriptor.LABEL_REPEATED and is_message and descriptor.message_type.GetOptions().map_entry:
-            for key, item in value.items():
-                if key not in other:
-                    problems.append(f"{where}[{key}]: missing as served")
-                elif hasattr(item, "ListFields"):
-                    problems += config_differences(item, other[key], f"{where}[{key}]")
-                elif item != other[key]:
-                    problems.append(f"{where}[{key}]: {item!r} in config.pbtxt, {other[key]!r} as served")
-        elif descriptor.label == FieldDescriptor.LABEL_REPEATED and is_message:
-            named = all(getattr(item, "name", "") for item in value)
-            served_by_name = {getattr(item, "name", ""): item for item in other}
-            for index, item in enumerate(value):
-                key = item.name if named else index
-                match = served_by_name.get(key) if named else (other[index] if index < len(other) else None)
-                if match is None:
-                    problems.append(f"{where}[{key}]: missing as served")
-                else:
-                    problems += config_differences(item, match, f"{where}[{key}]")
-        elif is_message:
-            if not served.HasField(descriptor.name):
-                problems.append(f"{where}: set in config.pbtxt, missing as served")
-            else:
-                problems += config_differences(value, other, where)
-        elif descriptor.label == FieldDescriptor.LABEL_REPEATED:
-            if list(value) != list(other):
-                problems.append(f"{where}: {list(value)} in config.pbtxt, {list(other)} as served")
-        elif value != other:
-            problems.append(f"{where}: {value!r} in config.pbtxt, {other!r} as served")
+        problems += _field_differences(descriptor, value, served, where)
+    return problems
+
+
+def _field_differences(descriptor: FieldDescriptor, value: Any, served: Any, where: str) -> list[str]:
+    """How one field set in config.pbtxt differs from ``served``, by the field's kind."""
+    other = getattr(served, descriptor.name)
+    is_message = descriptor.type == FieldDescriptor.TYPE_MESSAGE
+    is_repeated = descriptor.label == FieldDescriptor.LABEL_REPEATED
+    if is_repeated and is_message and descriptor.message_type.GetOptions().map_entry:
+        return _map_differences(value, other, where)
+    if is_repeated and is_message:
+        return _repeated_message_differences(value, other, where)
+    if is_message:
+        if not served.HasField(descriptor.name):
+            return [f"{where}: set in config.pbtxt, missing as served"]
+        return config_differences(value, other, where)
+    if is_repeated:
+        if list(value) != list(other):
+            return [f"{where}: {list(value)} in config.pbtxt, {list(other)} as served"]
+        return []
+    return [f"{where}: {value!r} in config.pbtxt, {other!r} as served"] if value != other else []
+
+
+def _map_differences(value: Any, other: Any, where: str) -> list[str]:
+    """A map field, entry by key."""
+    problems = []
+    for key, item in value.items():
+        if key not in other:
+            problems.append(f"{where}[{key}]: missing as served")
+        elif hasattr(item, "ListFields"):
+            problems += config_differences(item, other[key], f"{where}[{key}]")
+        elif item != other[key]:
+            problems.append(f"{where}[{key}]: {item!r} in config.pbtxt, {other[key]!r} as served")
+    return problems
+
+
+def _repeated_message_differences(value: Any, other: Any, where: str) -> list[str]:
+    """A repeated message field: items matched by ``name`` when every item has one, else by position."""
+    named = all(getattr(item, "name", "") for item in value)
+    served_by_name = {getattr(item, "name", ""): item for item in other}
+    problems = []
+    for index, item in enumerate(value):
+        key = item.name if named else index
+        match = served_by_name.get(key) if named else (other[index] if index < len(other) else None)
+        if match is None:
+            problems.append(f"{where}[{key}]: missing as served")
+        else:
+            problems += config_differences(item, match, f"{where}[{key}]")
     return problems

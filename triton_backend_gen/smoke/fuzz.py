@@ -9,12 +9,19 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from triton_backend_gen.smoke.clients import Endpoints, error_text
-from triton_backend_gen.smoke.fuzz_requests import HUGE_MIB, fuzz_tensors, fuzz_valid, run_fuzz_case, send_wire
-from triton_backend_gen.smoke.model import ModelSpec, load_model_specs
+from triton_backend_gen.smoke.fuzz_requests import (
+    FUZZ_KINDS,
+    HUGE_MIB,
+    FuzzCase,
+    fuzz_tensors,
+    fuzz_valid,
+    run_fuzz_case,
+    send_wire,
+)
+from triton_backend_gen.smoke.model import ModelSpec, load_model_specs, reference_mismatch
 from triton_backend_gen.smoke.run import SmokeResult
 
 if TYPE_CHECKING:
@@ -27,51 +34,6 @@ if TYPE_CHECKING:
 # The 2.51 server's gRPC frontend keeps the buffers of the largest messages it has parsed in its pools, for
 # good: memory_limit allows about this many times the largest gRPC "huge tensor" (HUGE_MIB).
 GRPC_POOL_FACTOR = 24
-
-
-# kind -> (weight, protocols). "grpc" for a decoupled model means a gRPC stream (unary gRPC is refused).
-FUZZ_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "valid": (12, ("http", "grpc")),
-    "garbage values": (5, ("http", "grpc")),
-    "wrong dtype": (8, ("http", "grpc")),
-    "wrong shape": (8, ("http", "grpc")),
-    "size mismatch": (8, ("http", "grpc")),
-    "missing input": (4, ("http", "grpc")),
-    "unknown input": (4, ("http", "grpc")),
-    "duplicate input": (3, ("http", "grpc")),
-    "batch too large": (5, ("http", "grpc")),
-    "empty tensor": (5, ("http", "grpc")),
-    "huge tensor": (3, ("http", "grpc")),
-    "garbage BYTES": (5, ("http", "grpc")),
-    "malformed message": (8, ("http", "grpc")),
-    "unknown model": (2, ("http", "grpc")),
-    "cancelled mid-flight": (10, ("http", "grpc")),
-    "client disconnects": (10, ("http", "grpc")),
-}
-
-
-@dataclass(frozen=True)
-class FuzzCase:
-    index: int
-    kind: str
-    protocol: str  # "http" or "grpc"
-    seed: int  # of this case's random generator
-    plan_seed: int  # the seed the plan was made with
-    model: ModelSpec
-    reference: ModuleType = field(repr=False, compare=False)
-
-    @property
-    def label(self) -> str:
-        return f"#{self.index} {self.kind} [{self.protocol}]"
-
-    # A case also reads as a SmokeCheck, so that run_smoke can run a fuzz plan one case per result; run_fuzz
-    # adds what only a whole run can tell: the server's memory and health afterwards, and the figures.
-    @property
-    def name(self) -> str:
-        return f"fuzz #{self.index} {self.kind}"
-
-    def run(self, endpoints: Endpoints) -> str:
-        return run_fuzz_case(self, endpoints)
 
 
 @dataclass
@@ -133,10 +95,14 @@ class FuzzReport:
         return results
 
 
-def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | None = None) -> list[FuzzCase]:
-    """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``."""
-    reference, loaded = load_model_specs(project, model)
-    specs = [spec for spec, _config in loaded]
+def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | None = None,
+              repository: Path | None = None) -> list[FuzzCase]:
+    """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``; models
+    that reference.py does not describe are left out (the smoke plan reports them)."""
+    reference, loaded = load_model_specs(project, model, repository)
+    specs = [spec for spec, _config in loaded if reference_mismatch(spec, reference) is None]
+    if not specs:
+        return []
     rng = random.Random(seed)
     cases = []
     for index in range(count):
@@ -213,45 +179,72 @@ def run_fuzz(
         _warm_up(case, endpoints)
     if server_pid is not None:
         report.rss_before = memory_of(server_pid)
+    _send_cases(report, cases, endpoints, models, start + time_limit_s, progress)
+    report.healthy = _healthy_after(report, endpoints, models, is_healthy)
+    if server_pid is not None and report.rss_before is not None:
+        report.rss_limit = memory_limit(report.rss_before)
+        report.rss_after = _settled_memory(server_pid, report.rss_limit)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _send_cases(report: FuzzReport, cases: list[FuzzCase], endpoints: Endpoints, models: dict[str, FuzzCase],
+                deadline: float, progress: Callable[[FuzzCase, str], None] | None) -> None:
+    """Send ``cases`` in order into ``report``, until ``deadline`` or the server stops answering its health
+    requests (asked every 25 cases)."""
     for case in cases:
-        if time.monotonic() - start > time_limit_s:
+        if time.monotonic() > deadline:
             report.truncated = True
-            break
+            return
         report.requests += 1
         report.kinds[case.kind] += 1
-        try:
-            outcome = run_fuzz_case(case, endpoints)
-        except AssertionError as err:
-            outcome = "failed"
-            report.failures.append(f"{case.label}: {err}")
-        except Exception as err:  # noqa: BLE001 - an unexpected client-side failure is a failed case
-            outcome = "failed"
-            report.failures.append(f"{case.label}: {type(err).__name__}: {error_text(err)}")
+        outcome, failure = _send_case(case, endpoints)
+        if failure is not None:
+            report.failures.append(failure)
         report.outcomes[outcome] += 1
         if progress is not None:
             progress(case, outcome)
         if case.index % 25 == 24 and not _server_answers(endpoints, models):
             report.failures.append(f"{case.label}: the server stopped answering health requests after this case")
             report.truncated = True
-            break
-    report.healthy = _server_answers(endpoints, models) and (is_healthy is None or is_healthy())
-    if report.healthy:
-        for case in models.values():
-            try:
-                fuzz_valid(case, random.Random(1), "grpc" if case.model.decoupled else "http", endpoints)
-            except Exception as err:  # noqa: BLE001 - reported as the reason the server is not healthy
-                report.healthy = False
-                report.failures.append(f"after fuzzing, a valid request to '{case.model.name}' failed: {err}")
-    if server_pid is not None and report.rss_before is not None:
-        report.rss_limit = memory_limit(report.rss_before)
-        deadline = time.monotonic() + 10  # freed memory returns with a delay
-        while True:
-            report.rss_after = memory_of(server_pid)
-            if report.rss_after is None or report.rss_after <= report.rss_limit or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-    report.seconds = time.monotonic() - start
-    return report
+            return
+
+
+def _send_case(case: FuzzCase, endpoints: Endpoints) -> tuple[str, str | None]:
+    """(the case's outcome, why it failed or None)."""
+    try:
+        return run_fuzz_case(case, endpoints), None
+    except AssertionError as err:
+        return "failed", f"{case.label}: {err}"
+    except Exception as err:  # noqa: BLE001 - an unexpected client-side failure is a failed case
+        return "failed", f"{case.label}: {type(err).__name__}: {error_text(err)}"
+
+
+def _healthy_after(report: FuzzReport, endpoints: Endpoints, models: dict[str, FuzzCase],
+                   is_healthy: Callable[[], bool] | None) -> bool:
+    """Whether the server is live, its models ready and answering a valid request each (failures go into
+    ``report``)."""
+    if not (_server_answers(endpoints, models) and (is_healthy is None or is_healthy())):
+        return False
+    healthy = True
+    for case in models.values():
+        try:
+            fuzz_valid(case, random.Random(1), "grpc" if case.model.decoupled else "http", endpoints)
+        except Exception as err:  # noqa: BLE001 - reported as the reason the server is not healthy
+            healthy = False
+            report.failures.append(f"after fuzzing, a valid request to '{case.model.name}' failed: {err}")
+    return healthy
+
+
+def _settled_memory(pid: int, limit: int) -> int | None:
+    """The memory of ``pid`` (:func:`memory_of`) once under ``limit``, or after 10 s: freed memory returns
+    with a delay."""
+    deadline = time.monotonic() + 10
+    while True:
+        rss = memory_of(pid)
+        if rss is None or rss <= limit or time.monotonic() > deadline:
+            return rss
+        time.sleep(0.5)
 
 
 def memory_limit(before: int) -> int:

@@ -1,4 +1,5 @@
-"""What each fuzz case sends over raw HTTP and gRPC (loopback only), and how its answer is read."""
+"""The fuzz kinds (each with its weight and protocols), the case, and what each case sends over raw HTTP and gRPC
+(loopback only), and how its answer is read."""
 
 from __future__ import annotations
 
@@ -8,19 +9,21 @@ import random
 import socket
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+from urllib.parse import quote
 
+import grpc
 import numpy as np
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import deserialize_bytes_tensor, np_to_triton_dtype, serialize_byte_tensor, triton_to_np_dtype
 
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT
 from triton_backend_gen.smoke.clients import Endpoints
 from triton_backend_gen.smoke.compare import assert_outputs_match
 from triton_backend_gen.smoke.model import ModelSpec
-
-if TYPE_CHECKING:
-    from triton_backend_gen.smoke.fuzz import FuzzCase
-
 
 FUZZ_TIMEOUT_S = 20.0  # the longest a case may wait for its answer
 # Payload sizes of the "huge tensor" cases. The 2.51 server's gRPC frontend keeps the buffers of the
@@ -34,6 +37,51 @@ _DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "I
 _ITEM_SIZE = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
               "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8, "BYTES": 1}
 _ODD_DIMS = (0, 1, 2, 3, 5, 17, 1000, -1, -7, 2**31, 2**62)
+
+
+# kind -> (weight, protocols). "grpc" for a decoupled model means a gRPC stream (unary gRPC is refused).
+FUZZ_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "valid": (12, ("http", "grpc")),
+    "garbage values": (5, ("http", "grpc")),
+    "wrong dtype": (8, ("http", "grpc")),
+    "wrong shape": (8, ("http", "grpc")),
+    "size mismatch": (8, ("http", "grpc")),
+    "missing input": (4, ("http", "grpc")),
+    "unknown input": (4, ("http", "grpc")),
+    "duplicate input": (3, ("http", "grpc")),
+    "batch too large": (5, ("http", "grpc")),
+    "empty tensor": (5, ("http", "grpc")),
+    "huge tensor": (3, ("http", "grpc")),
+    "garbage BYTES": (5, ("http", "grpc")),
+    "malformed message": (8, ("http", "grpc")),
+    "unknown model": (2, ("http", "grpc")),
+    "cancelled mid-flight": (10, ("http", "grpc")),
+    "client disconnects": (10, ("http", "grpc")),
+}
+
+
+@dataclass(frozen=True)
+class FuzzCase:
+    index: int
+    kind: str
+    protocol: str  # "http" or "grpc"
+    seed: int  # of this case's random generator
+    plan_seed: int  # the seed the plan was made with
+    model: ModelSpec
+    reference: ModuleType = field(repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"#{self.index} {self.kind} [{self.protocol}]"
+
+    # A case also reads as a SmokeCheck, so that run_smoke can run a fuzz plan one case per result; run_fuzz
+    # adds what only a whole run can tell: the server's memory and health afterwards, and the figures.
+    @property
+    def name(self) -> str:
+        return f"fuzz #{self.index} {self.kind}"
+
+    def run(self, endpoints: Endpoints) -> str:
+        return run_fuzz_case(self, endpoints)
 
 
 def run_fuzz_case(case: FuzzCase, endpoints: Endpoints) -> str:
@@ -67,7 +115,6 @@ class _Wire:
 
 
 def _wire_from_arrays(inputs: dict[str, np.ndarray]) -> list[_Wire]:
-    from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
     wires = []
     for name, array in inputs.items():
@@ -94,54 +141,122 @@ def _garbage_bytes_payload(rng: random.Random, count: int) -> bytes:
 def fuzz_tensors(case: FuzzCase, rng: random.Random, huge_mib: int | None = None) -> tuple[str, list[_Wire]]:
     """(model name, input tensors) of ``case``, for the kinds that only change the tensors of a valid request;
     the same for the same ``rng`` state."""
-    spec, kind = case.model, case.kind
+    spec = case.model
     batch = rng.choice(spec.batch_sizes)
     wires = _wire_from_arrays(case.reference.make_inputs(batch, seed=rng.randrange(1000)))
     target = rng.randrange(len(wires))
+    if case.kind == "unknown model":
+        return rng.choice(["tbgen_no_such_model", spec.name + "_", "../" + spec.name,
+                           spec.name.upper() + "\u00e9"]), wires
+    tamper = _TAMPERS.get(case.kind)
+    if tamper is None:
+        raise ValueError(f"unknown fuzz kind {case.kind!r}")
+    return spec.name, tamper(case, rng, wires, target, huge_mib)
+
+
+# How each kind changes the tensors of a valid request: each takes (case, rng, the tensors, the index of the
+# one to change, huge_mib) and returns the tensors to send.
+
+
+def _garbage_values(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                    huge_mib: int | None) -> list[_Wire]:
+    for w in wires:
+        w.payload = rng.randbytes(len(w.payload)) if w.datatype != "BYTES" else _garbage_bytes_payload(rng, 4)
+    return wires
+
+
+def _wrong_dtype(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                 huge_mib: int | None) -> list[_Wire]:
     wire = wires[target]
-    if kind == "garbage values":
-        for w in wires:
-            w.payload = rng.randbytes(len(w.payload)) if w.datatype != "BYTES" else _garbage_bytes_payload(rng, 4)
-    elif kind == "wrong dtype":
-        wire.datatype = rng.choice([d for d in _DATATYPES if d != wire.datatype] + ["FP8", "COMPLEX64", ""])
-        wire.payload = rng.randbytes(_element_count(wire.shape) * _ITEM_SIZE.get(wire.datatype, 4))
-    elif kind == "wrong shape":
-        wire.shape = [rng.choice(_ODD_DIMS) for _ in range(rng.randrange(0, 6))]
-        count = _element_count(wire.shape)
-        size = count * _ITEM_SIZE.get(wire.datatype, 4) if 0 <= count <= 2**18 else rng.randrange(0, 256)
-        wire.payload = rng.randbytes(size)
-    elif kind == "size mismatch":
-        size = len(wire.payload)
-        wire.payload = rng.randbytes(rng.choice([0, 1, max(size - rng.randrange(1, 9), 0), size + rng.randrange(1, 9),
-                                                 size * 2 + 1]))
-    elif kind == "missing input":
-        del wires[target]
-    elif kind == "unknown input":
-        name = rng.choice([UNKNOWN_INPUT, "", "x" * 4096, "INPUT\u00e9\u0000", wire.name.lower() + "_"])
-        wires.append(_Wire(name, wire.datatype, wire.shape, wire.payload))
-    elif kind == "duplicate input":
-        wires.append(_Wire(wire.name, wire.datatype, list(wire.shape), wire.payload))
-    elif kind == "batch too large":
-        too_big = spec.max_batch_size + rng.randrange(1, 4 * spec.max_batch_size + 1)
-        wires = _wire_from_arrays(case.reference.make_inputs(too_big, seed=rng.randrange(1000)))
-    elif kind == "empty tensor":
-        for w in wires:
-            w.shape = [0] + w.shape[1:] if w.shape else [0]
-            w.payload = b""
-    elif kind == "huge tensor":
-        size = (huge_mib or rng.choice(HUGE_MIB[case.protocol])) * 1024 * 1024
-        item = _ITEM_SIZE.get(wire.datatype, 4)
-        rest = _element_count(wire.shape[1:]) if len(wire.shape) > 1 else 1
-        wire.shape = [max(size // (item * max(rest, 1)), 1)] + wire.shape[1:]
-        wire.payload = bytes(_element_count(wire.shape) * item)  # zeros: cheap to make, same size on the wire
-    elif kind == "garbage BYTES":
-        wire.datatype = "BYTES"
-        wire.payload = _garbage_bytes_payload(rng, _element_count(wire.shape) if len(wire.shape) < 4 else 1)
-    elif kind == "unknown model":
-        return rng.choice(["tbgen_no_such_model", spec.name + "_", "../" + spec.name, spec.name.upper() + "\u00e9"]), wires
-    else:
-        raise ValueError(f"unknown fuzz kind {kind!r}")
-    return spec.name, wires
+    wire.datatype = rng.choice([d for d in _DATATYPES if d != wire.datatype] + ["FP8", "COMPLEX64", ""])
+    wire.payload = rng.randbytes(_element_count(wire.shape) * _ITEM_SIZE.get(wire.datatype, 4))
+    return wires
+
+
+def _wrong_shape(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                 huge_mib: int | None) -> list[_Wire]:
+    wire = wires[target]
+    wire.shape = [rng.choice(_ODD_DIMS) for _ in range(rng.randrange(0, 6))]
+    count = _element_count(wire.shape)
+    size = count * _ITEM_SIZE.get(wire.datatype, 4) if 0 <= count <= 2**18 else rng.randrange(0, 256)
+    wire.payload = rng.randbytes(size)
+    return wires
+
+
+def _size_mismatch(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                   huge_mib: int | None) -> list[_Wire]:
+    wire = wires[target]
+    size = len(wire.payload)
+    wire.payload = rng.randbytes(rng.choice([0, 1, max(size - rng.randrange(1, 9), 0), size + rng.randrange(1, 9),
+                                             size * 2 + 1]))
+    return wires
+
+
+def _missing_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                   huge_mib: int | None) -> list[_Wire]:
+    del wires[target]
+    return wires
+
+
+def _unknown_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                   huge_mib: int | None) -> list[_Wire]:
+    wire = wires[target]
+    name = rng.choice([UNKNOWN_INPUT, "", "x" * 4096, "INPUT\u00e9\u0000", wire.name.lower() + "_"])
+    return wires + [_Wire(name, wire.datatype, wire.shape, wire.payload)]
+
+
+def _duplicate_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                     huge_mib: int | None) -> list[_Wire]:
+    wire = wires[target]
+    return wires + [_Wire(wire.name, wire.datatype, list(wire.shape), wire.payload)]
+
+
+def _batch_too_large(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                     huge_mib: int | None) -> list[_Wire]:
+    too_big = case.model.max_batch_size + rng.randrange(1, 4 * case.model.max_batch_size + 1)
+    return _wire_from_arrays(case.reference.make_inputs(too_big, seed=rng.randrange(1000)))
+
+
+def _empty_tensor(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                  huge_mib: int | None) -> list[_Wire]:
+    for w in wires:
+        w.shape = [0] + w.shape[1:] if w.shape else [0]
+        w.payload = b""
+    return wires
+
+
+def _huge_tensor(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                 huge_mib: int | None) -> list[_Wire]:
+    wire = wires[target]
+    size = (huge_mib or rng.choice(HUGE_MIB[case.protocol])) * 1024 * 1024
+    item = _ITEM_SIZE.get(wire.datatype, 4)
+    rest = _element_count(wire.shape[1:]) if len(wire.shape) > 1 else 1
+    wire.shape = [max(size // (item * max(rest, 1)), 1)] + wire.shape[1:]
+    wire.payload = bytes(_element_count(wire.shape) * item)  # zeros: cheap to make, same size on the wire
+    return wires
+
+
+def _garbage_bytes(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
+                   huge_mib: int | None) -> list[_Wire]:
+    wire = wires[target]
+    wire.datatype = "BYTES"
+    wire.payload = _garbage_bytes_payload(rng, _element_count(wire.shape) if len(wire.shape) < 4 else 1)
+    return wires
+
+
+_TAMPERS: dict[str, Callable[[FuzzCase, random.Random, list[_Wire], int, int | None], list[_Wire]]] = {
+    "garbage values": _garbage_values,
+    "wrong dtype": _wrong_dtype,
+    "wrong shape": _wrong_shape,
+    "size mismatch": _size_mismatch,
+    "missing input": _missing_input,
+    "unknown input": _unknown_input,
+    "duplicate input": _duplicate_input,
+    "batch too large": _batch_too_large,
+    "empty tensor": _empty_tensor,
+    "huge tensor": _huge_tensor,
+    "garbage BYTES": _garbage_bytes,
+}
 
 
 # -- sending
@@ -155,7 +270,8 @@ def _split(url: str) -> tuple[str, int]:
 def _http_body(spec: ModelSpec, wires: list[_Wire]) -> tuple[bytes, dict[str, str]]:
     header = {
         "inputs": [
-            {"name": w.name, "datatype": w.datatype, "shape": w.shape, "parameters": {"binary_data_size": len(w.payload)}}
+            {"name": w.name, "datatype": w.datatype, "shape": w.shape,
+             "parameters": {"binary_data_size": len(w.payload)}}
             for w in wires
         ],
         "outputs": [{"name": t.name, "parameters": {"binary_data": True}} for t in spec.outputs],
@@ -177,20 +293,18 @@ def _http_post(endpoints: Endpoints, path: str, body: bytes, headers: dict[str, 
     except TimeoutError:
         raise AssertionError(f"no HTTP answer within {FUZZ_TIMEOUT_S:.0f} s") from None
     except (ConnectionError, http.client.HTTPException) as err:
-        raise AssertionError(f"the server dropped the HTTP connection without answering ({type(err).__name__})") from None
+        raise AssertionError(
+            f"the server dropped the HTTP connection without answering ({type(err).__name__})") from None
     finally:
         connection.close()
 
 
 def _infer_path(model: str) -> str:
-    from urllib.parse import quote
 
     return f"/v2/models/{quote(model, safe='')}/infer"
 
 
 def _grpc_stub(endpoints: Endpoints):
-    import grpc
-    from tritonclient.grpc import service_pb2_grpc
 
     channel = grpc.insecure_channel(endpoints.grpc_url, options=[
         ("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)])
@@ -198,7 +312,6 @@ def _grpc_stub(endpoints: Endpoints):
 
 
 def _grpc_request(model: str, spec: ModelSpec, wires: list[_Wire], request_id: str = ""):
-    from tritonclient.grpc import service_pb2
 
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     for w in wires:
@@ -214,7 +327,6 @@ def _grpc_request(model: str, spec: ModelSpec, wires: list[_Wire], request_id: s
 
 
 def _grpc_outcome(err: Exception) -> str:
-    import grpc
 
     code = err.code() if isinstance(err, grpc.RpcError) else None
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -245,37 +357,17 @@ def _grpc_stream_once(endpoints: Endpoints, request, cancel_after: float | None 
     """Send one request on a fresh stream and read until its final response or an error.
 
     With ``cancel_after`` (seconds), the stream is cancelled then instead ("cancelled", what came before)."""
-    import grpc
-
     channel, stub = _grpc_stub(endpoints)
     responses: list = []
     try:
         call = stub.ModelStreamInfer(iter([request]), timeout=FUZZ_TIMEOUT_S)
-        if cancel_after is not None:
-            timer = threading.Timer(cancel_after, call.cancel)
+        timer = threading.Timer(cancel_after, call.cancel) if cancel_after is not None else None
+        if timer is not None:
             timer.start()
-        outcome = None
         try:
-            # The request iterator is exhausted: the client has half-closed the stream, so the server ends
-            # it once the request is done. Reading on to that end (not cancelling a finished stream) matters:
-            # the 2.51 server's shutdown waits 15 s for a stream that was cancelled after its final response.
-            for message in call:
-                if outcome is not None:
-                    continue
-                if message.error_message:
-                    outcome = "stream error"
-                    continue
-                responses.append(message.infer_response)
-                final = message.infer_response.parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    outcome = "ok"
-        except grpc.RpcError as err:
-            if cancel_after is not None and err.code() == grpc.StatusCode.CANCELLED:
-                return "cancelled", responses
-            if outcome is None:
-                return _grpc_outcome(err), responses
+            outcome = _read_stream(call, responses, cancellable=timer is not None)
         finally:
-            if cancel_after is not None:
+            if timer is not None:
                 timer.cancel()
         if outcome is not None:
             return outcome, responses
@@ -286,13 +378,37 @@ def _grpc_stream_once(endpoints: Endpoints, request, cancel_after: float | None 
         channel.close()
 
 
+def _read_stream(call, responses: list, cancellable: bool) -> str | None:
+    """Read ``call`` to its end, collecting into ``responses`` up to the final one: "ok" after the final
+    response, "stream error", "cancelled" (when ``cancellable``), how an error ended it, or None."""
+    outcome = None
+    try:
+        # The request iterator is exhausted: the client has half-closed the stream, so the server ends
+        # it once the request is done. Reading on to that end (not cancelling a finished stream) matters:
+        # the 2.51 server's shutdown waits 15 s for a stream that was cancelled after its final response.
+        for message in call:
+            if outcome is not None:
+                continue
+            if message.error_message:
+                outcome = "stream error"
+                continue
+            responses.append(message.infer_response)
+            final = message.infer_response.parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                outcome = "ok"
+    except grpc.RpcError as err:
+        if cancellable and err.code() == grpc.StatusCode.CANCELLED:
+            return "cancelled"
+        if outcome is None:
+            return _grpc_outcome(err)
+    return outcome
+
+
 # -- the kinds that need more than tensors
 
 
 def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: Endpoints) -> str:
     """A valid request; its answer must equal reference.py's."""
-    from tritonclient.utils import triton_to_np_dtype
-
     spec, reference = case.model, case.reference
     batch = rng.choice(spec.batch_sizes)
     inputs = reference.make_inputs(batch, seed=rng.randrange(1000))
@@ -330,7 +446,6 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
 
 
 def _decode(datatype: str, shape: list[int], raw: bytes, to_np) -> np.ndarray:
-    from tritonclient.utils import deserialize_bytes_tensor
 
     if datatype == "BYTES":
         return deserialize_bytes_tensor(raw).reshape(shape)
@@ -360,8 +475,6 @@ def _decode_grpc_outputs(response, to_np) -> dict[str, np.ndarray]:
 def _fuzz_cancel(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> str:
     """A valid request abandoned before its answer: the socket closed (HTTP), a deadline or a cancelled
     stream (gRPC). "cancelled", or "ok" when the answer beat the cancellation."""
-    import grpc
-
     spec = case.model
     wires = _wire_from_arrays(case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000)))
     if case.protocol == "http":
@@ -416,23 +529,32 @@ def _fuzz_malformed(case: FuzzCase, rng: random.Random, endpoints: Endpoints) ->
     spec = case.model
     wires = _wire_from_arrays(case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000)))
     if case.protocol == "grpc":
-        import grpc
+        return _send_malformed_grpc(rng, endpoints, _grpc_request(spec.name, spec, wires).SerializeToString())
+    body, headers = _malformed_http(rng, wires, *_http_body(spec, wires))
+    status, _, _ = _http_post(endpoints, _infer_path(spec.name), body, headers)
+    return "ok" if status == 200 else f"http {status}"
 
-        channel, _ = _grpc_stub(endpoints)
+
+def _send_malformed_grpc(rng: random.Random, endpoints: Endpoints, valid: bytes) -> str:
+    """Random bytes, or a truncated or corrupted ``valid`` message, as a ModelInfer request."""
+    channel, _ = _grpc_stub(endpoints)
+    try:
+        method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                     request_serializer=None, response_deserializer=None)
+        message = rng.choice([rng.randbytes(rng.randrange(1, 2048)), valid[: rng.randrange(1, len(valid))],
+                              valid[:8] + rng.randbytes(64) + valid[72:]])
         try:
-            method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
-                                         request_serializer=None, response_deserializer=None)
-            valid = _grpc_request(spec.name, spec, wires).SerializeToString()
-            message = rng.choice([rng.randbytes(rng.randrange(1, 2048)), valid[: rng.randrange(1, len(valid))],
-                                  valid[:8] + rng.randbytes(64) + valid[72:]])
-            try:
-                method(message, timeout=FUZZ_TIMEOUT_S)
-                return "ok"
-            except grpc.RpcError as err:
-                return _grpc_outcome(err)
-        finally:
-            channel.close()
-    body, headers = _http_body(spec, wires)
+            method(message, timeout=FUZZ_TIMEOUT_S)
+            return "ok"
+        except grpc.RpcError as err:
+            return _grpc_outcome(err)
+    finally:
+        channel.close()
+
+
+def _malformed_http(rng: random.Random, wires: list[_Wire], body: bytes,
+                    headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+    """(body, headers) of a valid HTTP request, broken one of eight ways."""
     length = int(headers["Inference-Header-Content-Length"])
     choice = rng.randrange(8)
     if choice == 0:
@@ -455,10 +577,10 @@ def _fuzz_malformed(case: FuzzCase, rng: random.Random, endpoints: Endpoints) ->
     elif choice == 6:  # binary sizes that add up to more than the body
         header = json.loads(body[:length])
         for tensor in header["inputs"]:
-            tensor["parameters"]["binary_data_size"] = rng.choice([2**40, 2**31, tensor["parameters"]["binary_data_size"] + 1])
+            sizes = [2**40, 2**31, tensor["parameters"]["binary_data_size"] + 1]
+            tensor["parameters"]["binary_data_size"] = rng.choice(sizes)
         head = json.dumps(header).encode()
         body, headers["Inference-Header-Content-Length"] = head + body[length:], str(len(head))
     else:
         body = body[:length] + rng.randbytes(8)  # binary part too short
-    status, _, _ = _http_post(endpoints, _infer_path(spec.name), body, headers)
-    return "ok" if status == 200 else f"http {status}"
+    return body, headers

@@ -11,7 +11,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from tritonclient.grpc import model_config_pb2
+
 from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.model_config import load_model_config
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -55,8 +58,6 @@ class ModelSpec:
 
 def model_spec(config: ModelConfig, name: str) -> ModelSpec:
     """The parts of a ModelConfig that the smoke suite needs."""
-    from tritonclient.grpc import model_config_pb2
-
     def datatype(value: int) -> str:
         wire = model_config_pb2.DataType.Name(value).removeprefix("TYPE_")
         return "BYTES" if wire == "STRING" else wire
@@ -76,10 +77,10 @@ def model_spec(config: ModelConfig, name: str) -> ModelSpec:
     )
 
 
-def load_model_spec(project: Project, model: ModelEntry) -> tuple[ModelSpec, ModelConfig]:
-    from triton_backend_gen.model_config import load_model_config
-
-    path = project.model_repository / model.name / "config.pbtxt"
+def load_model_spec(model: ModelEntry, repository: Path | None = None) -> tuple[ModelSpec, ModelConfig]:
+    """The spec and config of ``model``, from the project's repository or ``repository`` (a run copy served
+    instead of it)."""
+    path = repository / model.name / model.config_file.name if repository is not None else model.config_file
     if not path.is_file():
         raise SmokeError(f"{path} does not exist.", f"tbgen.toml lists model '{model.name}'; add its config.pbtxt.")
     config = load_model_config(path)
@@ -87,15 +88,16 @@ def load_model_spec(project: Project, model: ModelEntry) -> tuple[ModelSpec, Mod
 
 
 def load_model_specs(
-    project: Project, model: ModelEntry | None = None
+    project: Project, model: ModelEntry | None = None, repository: Path | None = None
 ) -> tuple[ModuleType, list[tuple[ModelSpec, ModelConfig]]]:
     """The project's reference.py and the spec + config of ``model`` (every model of the project when None),
-    each checked against reference.py's API; what both the smoke plan and the fuzz plan start from."""
+    each checked against reference.py's API; what both the smoke plan and the fuzz plan start from.
+    ``repository``: the repository the server serves, when it is a run copy of the project's."""
     models = [model] if model is not None else list(project.models)
     if not models:
-        raise SmokeError(f"{project.root / 'tbgen.toml'} lists no models.", "Add a [[models]] entry.")
+        raise SmokeError(f"{project.project_file} lists no models.", "Add a [[models]] entry.")
     reference = load_reference(project.root)
-    specs = [load_model_spec(project, entry) for entry in models]
+    specs = [load_model_spec(entry, repository) for entry in models]
     for spec, _config in specs:
         check_reference_api(reference, spec.decoupled)
     return reference, specs
@@ -123,6 +125,24 @@ def load_reference(project_root: Path) -> ModuleType:
         del sys.modules[module_name]
         raise SmokeError(f"{path} fails to import: {type(err).__name__}: {err}", "Fix reference.py.") from err
     return module
+
+
+def reference_mismatch(spec: ModelSpec, reference: ModuleType) -> str | None:
+    """Why reference.py cannot drive ``spec`` (its make_inputs lacks a required input of the model), or None.
+
+    A project has one reference.py; a model it does not describe (an ensemble listed beside the backend's
+    model, say) gets this message instead of requests built for another model."""
+    try:
+        made = reference.make_inputs(spec.batch_sizes[0], seed=0)
+    except Exception as err:  # noqa: BLE001 - the user's code: any failure is reported, not raised
+        return f"reference.make_inputs({spec.batch_sizes[0]}) failed for {spec.name}: {type(err).__name__}: {err}"
+    missing = [t.name for t in spec.inputs if not t.optional and t.name not in made]
+    if not missing and any(t.name in made for t in spec.inputs):
+        return None
+    return (f"reference.py does not describe model {spec.name}: its make_inputs gives "
+            f"{', '.join(made) or 'nothing'}, the model takes {', '.join(t.name for t in spec.inputs)}. "
+            "reference.py describes one model: drop this model from tbgen.toml's [[models]] (it is still served), "
+            "or make reference.py cover its inputs.")
 
 
 def check_reference_api(reference: ModuleType, decoupled: bool) -> None:

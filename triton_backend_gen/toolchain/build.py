@@ -7,7 +7,8 @@
 
 Triton's sources come from tbgen's source cache when it holds the project's release (an offline build),
 else CMake's FetchContent clones them. A build whose cache is valid is not configured again, so a second
-build with nothing changed does no work. After a C++ build the library is checked (toolchain.symbols).
+build with nothing changed does no work. Checking the built library against a server is the command's
+job (commands.build), which combines this stage with toolchain.symbols.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen import versions
+from triton_backend_gen.engine import default_image
 from triton_backend_gen.errors import BuildError, UsageError
-from triton_backend_gen.project import PROJECT_FILE, Project, load_project
-from triton_backend_gen.toolchain.cmake import cmake_build
+from triton_backend_gen.project import BackendKind, NativeSpec, Project
+from triton_backend_gen.toolchain.cmake import CMakeRun, cmake_build, repo_tag_defines
+from triton_backend_gen.toolchain.container_build import build_in_container
 from triton_backend_gen.toolchain.sources import cached_sources
 
 BUILD_TYPES = ("Release", "Debug", "RelWithDebInfo")
@@ -33,18 +36,13 @@ SANITIZERS = ("address", "undefined")
 # GCC's sanitizer instrumentation makes -Wmaybe-uninitialized report false positives (also in Triton's own
 # sources, which build with -Werror); the plain build keeps that warning.
 _SANITIZER_CXX_FLAGS = "-fno-omit-frame-pointer -g -Wno-maybe-uninitialized"
-RUNTIME_DIR = "tbgen"  # build/tbgen belongs to the runtime (server logs, backend tree); --clean keeps it
+_REPO_TAG = re.compile(r'^\s*set\(\s*TRITON_(COMMON|CORE|BACKEND)_REPO_TAG\s+"?([^"\s)]+)', re.MULTILINE)
 
 Progress = Callable[[int, int, str], None]
-
-
-@dataclass(frozen=True)
-class NativeSpec:
-    """The [native] table of a python project's tbgen.toml."""
-
-    source_dir: Path
-    module: str
-    install_dir: Path
+_UNCACHED_HINT = ("Triton's {branch} sources are not in tbgen's cache, and CMake could not clone them (no network?). "
+                  "Fill the cache once: tbgen deps fetch --triton-version {release} (online, or --organization a "
+                  "mirror), or tbgen deps add --from DIR --triton-version {release} (core/, common/, backend/ you "
+                  "have).")
 
 
 @dataclass(frozen=True)
@@ -64,26 +62,9 @@ class BuildResult:
 
 def build_kind(project: Project) -> str | None:
     """What ``tbgen build`` compiles for ``project``: "cpp", "native", or None (nothing)."""
-    if project.language == "cpp":
+    if project.kind is BackendKind.CPP:
         return "cpp"
-    return "native" if native_spec(project) is not None else None
-
-
-def native_spec(project: Project) -> NativeSpec | None:
-    """The project's [native] table, or None when it has no native extension."""
-    table = project.native
-    if not table:
-        return None
-    try:
-        return NativeSpec(project.root / table["source_dir"], table["module"], project.root / table["install_dir"])
-    except KeyError as err:
-        raise BuildError(f"{project.root / PROJECT_FILE}: [native] lacks {err}.",
-                         "It needs source_dir, module and install_dir (see docs/templates.md).") from err
-
-
-def library_path(project: Project) -> Path:
-    """Where a C++ project's installed backend library is."""
-    return project.root / "build" / "install" / "backends" / project.backend / f"libtriton_{project.backend}.so"
+    return "native" if project.native is not None else None
 
 
 def resolve_gpu(project: Project, gpu: bool | None) -> bool:
@@ -151,29 +132,52 @@ def cuda_defines(nvcc: Path, version: str) -> dict[str, str]:
 
 
 def build_project(
-    path: Path,
+    project: Project,
     *,
     gpu: bool | None = None,
     build_type: str = "Release",
     jobs: int | None = None,
     clean: bool = False,
     progress: Progress | None = None,
-    server: Path | None = None,
-    check: bool = True,
     sanitize: tuple[str, ...] = (),
     docker: bool = False,
     image: str | None = None,
 ) -> BuildResult:
-    """Build the project at ``path`` (see the module docstring); ``check`` runs tbgen check on a C++ library.
+    """Build ``project`` (see the module docstring).
 
     ``sanitize`` (C++ only) builds in <project>/build/sanitize with those sanitizers and installs that library;
     the runtime preloads the sanitizer runtimes whenever it serves such a library. ``docker`` builds a C++
     backend in a container of ``image`` (default: the NGC image of the project's release)."""
     validate_build_type(build_type)
-    project = load_project(path)
     kind = build_kind(project)
     gpu = resolve_gpu(project, gpu)
+    check_build_options(project, kind, sanitize, docker)
     started = time.monotonic()
+    if kind is None:
+        note = f"{project.name} is a python project without a native extension: nothing to build."
+        return BuildResult(project, None, 0.0, False, notes=(note,))
+    if kind == "native":
+        return _build_native(project, build_type, jobs, clean, progress, started)
+    notes = tag_disagreements(project)
+    if docker:
+        return _build_in_container(project, image, gpu, build_type, jobs, clean, progress, started, notes)
+    if clean:
+        _clean_build_dir(project)
+    sources = cached_sources(project.release.branch)
+    if sources is None:
+        notes.append(f"Triton {project.release.branch} sources are not in tbgen's cache: CMake clones them, which "
+                     "needs the network. Offline: tbgen deps fetch (once, online) or tbgen deps add --from DIR.")
+    defines = sanitizer_defines(sanitize) | repo_tag_defines(project.release.branch)
+    if gpu:
+        defines |= _gpu_defines(project.release, notes)
+    build_dir = project.sanitize_build_dir if sanitize else project.build_dir
+    run = _cmake_build_cpp(project, build_dir, sources, gpu, build_type, jobs, defines, progress)
+    return BuildResult(project, project.library, time.monotonic() - started, run.work_done, run.log_file,
+                       notes=tuple(notes))
+
+
+def check_build_options(project: Project, kind: str | None, sanitize: tuple[str, ...], docker: bool) -> None:
+    """UsageError for option combinations a build of ``kind`` cannot honour."""
     if sanitize and kind != "cpp":
         raise UsageError(f"--sanitize builds C++ backends; {project.name} is a python project.",
                          "Drop --sanitize, or use it on a cpp-backend or decoupled-backend (C++) project.")
@@ -181,66 +185,76 @@ def build_project(
         what = "--sanitize builds" if sanitize else "native Python extensions"
         raise UsageError(f"--docker does not run {what}: they are built for this machine's server and Python.",
                          "Drop --docker for this build.")
-    if kind is None:
-        note = f"{project.name} is a python project without a native extension: nothing to build."
-        return BuildResult(project, None, 0.0, False, notes=(note,))
-    if kind == "native":
-        return _build_native(project, native_spec(project), build_type, jobs, clean, progress, started)
-    if docker:
-        return _build_in_container(project, image, gpu, build_type, jobs, clean, progress, started)
 
-    build_dir = project.root / "build"
-    if clean:
-        _clean_build_dir(build_dir)
-    install_dir = build_dir / "install"
-    if sanitize:
-        build_dir = build_dir / "sanitize"
-    notes = []
-    release = versions.resolve(project.triton_version)
-    sources = cached_sources(release.branch)
-    if sources is None:
-        notes.append(f"Triton {release.branch} sources are not cached: CMake fetches them (needs the network).")
-    defines = sanitizer_defines(sanitize)
-    if gpu:
-        nvcc = find_nvcc()
-        if nvcc is None:
-            raise BuildError("--gpu needs CUDA's nvcc, and none was found ($CUDACXX, PATH, /usr/local/cuda).",
-                             "Install the CUDA toolkit, or build without --gpu.")
-        defines |= cuda_defines(nvcc, parse_nvcc_version(_output_of([str(nvcc), "--version"])))
-    run = cmake_build(project.root, build_dir, triton_sources=sources, gpu=gpu, build_type=build_type,
-                      install_dir=install_dir, jobs=jobs, extra_defines=defines, progress=progress)
-    library = library_path(project)
-    if not library.is_file():
-        raise BuildError(f"The build succeeded but did not install {library}.", f"See the log: {run.log_file}")
-    findings: tuple = ()
-    if check:
-        from triton_backend_gen.toolchain.symbols import check_library, server_for_check
 
-        install, server_notes = server_for_check(server)
-        findings = tuple(check_library(library, install)) + tuple(server_notes)
-    return BuildResult(project, library, time.monotonic() - started, run.work_done, run.log_file, findings,
-                       tuple(notes))
+def _gpu_defines(release: versions.Release, notes: list[str]) -> dict[str, str]:
+    """The CUDA defines of a local --gpu build (and, in ``notes``, a CUDA the release's image does not ship)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BuildError("--gpu needs CUDA's nvcc, and none was found ($CUDACXX, PATH, /usr/local/cuda).",
+                         "Install the CUDA toolkit, or build without --gpu.")
+    cuda = parse_nvcc_version(_output_of([str(nvcc), "--version"]))
+    notes += cuda_major_notes(cuda, release)
+    return cuda_defines(nvcc, cuda)
+
+
+def _cmake_build_cpp(project: Project, build_dir: Path, sources: Path | None, gpu: bool, build_type: str,
+                     jobs: int | None, defines: dict[str, str], progress: Progress | None) -> CMakeRun:
+    """CMake configure, build and install of the C++ backend; an uncached release that cannot be cloned is
+    reported with the commands that fill the cache."""
+    try:
+        run = cmake_build(project.root, build_dir, triton_sources=sources, gpu=gpu, build_type=build_type,
+                          install_dir=project.install_dir, jobs=jobs, extra_defines=defines, progress=progress)
+    except BuildError as err:
+        if sources is None and "clone" in err.message.lower():
+            raise BuildError(err.message, _UNCACHED_HINT.format(branch=project.release.branch,
+                                                                 release=project.release.container)) from err
+        raise
+    if not project.library.is_file():
+        raise BuildError(f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}")
+    return run
+
+
+def tag_disagreements(project: Project) -> list[str]:
+    """A note for each Triton tag in CMakeLists.txt that is not the release tbgen.toml names (edited by hand)."""
+    cmakelists = project.root / "CMakeLists.txt"
+    text = cmakelists.read_text(errors="replace") if cmakelists.is_file() else ""
+    wanted = project.release.branch
+    return [
+        f"CMakeLists.txt sets TRITON_{repo}_REPO_TAG to {tag}, but tbgen.toml targets Triton "
+        f"{project.release.container}: tbgen builds with {wanted} (tbgen.toml wins, passed as -D). To move the "
+        f"project to {tag}, set triton_version in tbgen.toml (and the Dockerfile's base image) to match."
+        for repo, tag in _REPO_TAG.findall(text) if tag != wanted
+    ]
+
+
+def cuda_major_notes(cuda: str, release: versions.Release) -> list[str]:
+    """A warning when the CUDA of this machine's nvcc is not the major version ``release``'s image ships."""
+    if cuda.split(".")[0] == release.cuda.split(".")[0]:
+        return []
+    return [f"warning: this nvcc is CUDA {cuda}, but Triton {release.container}'s image ships CUDA {release.cuda}: "
+            f"a library linked against CUDA {cuda.split('.')[0]}'s runtime will not load there. Build in the "
+            f"release's container (tbgen build --docker), or avoid the dependency (e.g. link cudart statically)."]
 
 
 def _build_in_container(project: Project, image: str | None, gpu: bool, build_type: str, jobs: int | None,
-                        clean: bool, progress: Progress | None, started: float) -> BuildResult:
-    from triton_backend_gen.runtime.container import build_in_container, default_image
-
-    image = image or default_image(project.triton_version)
+                        clean: bool, progress: Progress | None, started: float, notes: list[str]) -> BuildResult:
+    image = image or default_image(project.release)
     if clean:
-        shutil.rmtree(project.root / "build" / "docker", ignore_errors=True)
+        shutil.rmtree(project.build_dir / "docker", ignore_errors=True)
     run = build_in_container(project, image, gpu=gpu, build_type=build_type, jobs=jobs, progress=progress)
-    library = library_path(project)
-    if not library.is_file():
-        raise BuildError(f"The build succeeded but did not install {library}.", f"See the log: {run.log_file}")
-    note = f"built in {image}; `tbgen check` compares with a local server, so it was not run"
-    return BuildResult(project, library, time.monotonic() - started, run.work_done, run.log_file, notes=(note,))
+    if not project.library.is_file():
+        raise BuildError(f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}")
+    notes = [*notes, f"built in {image}; `tbgen check` compares with a local server, so it was not run"]
+    return BuildResult(project, project.library, time.monotonic() - started, run.work_done, run.log_file,
+                       notes=tuple(notes))
 
 
-def _build_native(project: Project, spec: NativeSpec, build_type: str, jobs: int | None, clean: bool,
+def _build_native(project: Project, build_type: str, jobs: int | None, clean: bool,
                   progress: Progress | None, started: float) -> BuildResult:
     """The pybind11 extension, built for this Python (the one whose stub tbgen runs the models with)."""
-    build_dir = project.root / "build" / "native"
+    spec: NativeSpec = project.native
+    build_dir = project.native_build_dir
     if clean and build_dir.exists():
         shutil.rmtree(build_dir)
     defines = {
@@ -257,12 +271,12 @@ def _build_native(project: Project, spec: NativeSpec, build_type: str, jobs: int
     return BuildResult(project, modules[0], time.monotonic() - started, run.work_done, run.log_file)
 
 
-def _clean_build_dir(build_dir: Path) -> None:
-    """Remove everything CMake made under ``build_dir`` (the runtime's build/tbgen stays)."""
-    if not build_dir.is_dir():
+def _clean_build_dir(project: Project) -> None:
+    """Remove everything CMake made under the build directory (the runtime's build/tbgen stays)."""
+    if not project.build_dir.is_dir():
         return
-    for entry in build_dir.iterdir():
-        if entry.name == RUNTIME_DIR:
+    for entry in project.build_dir.iterdir():
+        if entry == project.runtime_dir:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)

@@ -34,10 +34,10 @@ _MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
 
 def cmake_executable() -> str:
     """The cmake to run: the one installed next to this Python (tbgen's `build` extra) or else PATH's."""
-    return _on_path("cmake") or "cmake"
+    return tool_on_path("cmake") or "cmake"
 
 
-def _on_path(name: str) -> str | None:
+def tool_on_path(name: str) -> str | None:
     beside_python = Path(sys.executable).parent / name
     if beside_python.is_file() and os.access(beside_python, os.X_OK):
         return str(beside_python)
@@ -63,7 +63,7 @@ def configure_command(
     """
     command = [cmake_executable() if host_tools else "cmake", "-S", str(source_dir), "-B", str(build_dir)]
     defines: dict[str, str] = {}
-    ninja = _on_path("ninja") if host_tools else None
+    ninja = tool_on_path("ninja") if host_tools else None
     if ninja:
         command += ["-G", "Ninja"]
         defines["CMAKE_MAKE_PROGRAM"] = ninja
@@ -78,7 +78,7 @@ def configure_command(
     googletest = googletest_sources(triton_sources, system=host_tools)
     if googletest is not None:
         defines["FETCHCONTENT_SOURCE_DIR_GOOGLETEST"] = str(googletest)
-    ccache = _on_path("ccache") if host_tools else None
+    ccache = tool_on_path("ccache") if host_tools else None
     if ccache:
         languages = ("C", "CXX", "CUDA") if gpu else ("C", "CXX")
         for language in languages:
@@ -88,6 +88,12 @@ def configure_command(
         defines.pop(key, None)
     defines.update(extra_defines)
     return command + [f"-D{key}={value}" for key, value in defines.items()]
+
+
+def repo_tag_defines(branch: str) -> dict[str, str]:
+    """The tags of Triton's repositories for a build of release ``branch`` ("r24.10"): tbgen.toml's release wins
+    over the defaults written in CMakeLists.txt (they are CACHE variables, so -D replaces them)."""
+    return {f"TRITON_{repo.upper()}_REPO_TAG": branch for repo in TRITON_REPOS}
 
 
 def googletest_sources(triton_sources: Path | None, *, system: bool = True) -> Path | None:

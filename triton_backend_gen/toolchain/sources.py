@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen import versions
-from triton_backend_gen.errors import SourcesError, TbgenError
+from triton_backend_gen.errors import SourcesError
 
 REPOSITORIES = ("core", "common", "backend")
 GOOGLETEST = "googletest"
@@ -92,21 +92,6 @@ def list_sources() -> list[CachedRelease]:
             del repositories[GOOGLETEST]
         entries.append(CachedRelease(path.name, path, repositories))
     return entries
-
-
-def target_release(spec: str | None = None) -> tuple[versions.Release, bool]:
-    """The release ``spec`` names; without one, the project's in the current directory (its tbgen.toml), else
-    the newest. The flag says whether the release was chosen (given or the project's) rather than defaulted."""
-    if spec:
-        return versions.resolve(spec), True
-    from triton_backend_gen.project import find_project_root, load_project
-
-    if find_project_root(Path.cwd()) is not None:
-        try:
-            return versions.resolve(load_project(Path.cwd()).triton_version), True
-        except TbgenError:
-            pass
-    return versions.newest(), False
 
 
 def default_organization() -> str:

@@ -6,9 +6,11 @@ Three checks, on the library's dynamic symbol table and its dependencies:
 - every ``TRITONBACKEND_*``/``TRITONSERVER_*`` symbol it imports is defined by the server's libtritonserver
   (catches headers newer than the server: a symbol the server lacks fails the load);
 - ``ldd`` finds every library it needs, with the server's library directories on LD_LIBRARY_PATH as the
-  runtime sets them and a ``libtritonserver.so`` name there (the wheel's file has a hashed name).
+  runtime sets them and a ``libtritonserver.so`` name there (the wheel's file has a hashed name);
+- (a warning) a CUDA runtime it links (``readelf -d``) is of the major version the target release ships.
 
-The parsers and the comparisons are pure; ``check_library`` runs nm and ldd.
+The parsers and the comparisons are pure; ``check_library`` runs nm, readelf and ldd. Which server to check
+against is the caller's choice (commands.build finds one).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from triton_backend_gen.errors import BuildError, ServerError, UsageError
-from triton_backend_gen.runtime.discovery import ServerInstall, find_tritonserver
+from triton_backend_gen import versions
+from triton_backend_gen.discovery import ServerInstall
+from triton_backend_gen.errors import BuildError
 
 EXPORT_PREFIX = "TRITONBACKEND_"
 API_PREFIXES = ("TRITONBACKEND_", "TRITONSERVER_")
@@ -29,11 +32,13 @@ SERVER_LIBRARY = "libtritonserver.so"
 
 _NM_LINE = re.compile(r"^(?:[0-9a-fA-F]+)?\s+([A-Za-z])\s+(\S+)$")
 _LDD_MISSING = re.compile(r"^\s*(\S+)\s+=>\s+not found")
+_NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
+_CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str  # "error" or "note"
+    severity: str  # "error", "warning" (loads here, not in the release's image) or "note"
     message: str
 
     def __str__(self) -> str:
@@ -84,9 +89,32 @@ def dynamic_symbols(library: Path, *, defined: bool) -> list[tuple[str, str]]:
     return parse_nm(_run(["nm", "-D", flag, str(library)]).stdout)
 
 
-def check_library(library: Path, server: ServerInstall | None) -> list[Finding]:
-    """Every problem that would stop ``server`` (None: no server at hand) loading ``library``."""
-    findings = []
+def cuda_runtime_majors(needed: list[str]) -> set[str]:
+    """The CUDA major versions of the libcudart.so.N among a library's NEEDED entries."""
+    return {match.group(1) for name in needed if (match := _CUDART.match(name))}
+
+
+def needed_libraries(library: Path) -> list[str]:
+    """The NEEDED entries of ``library``'s dynamic section."""
+    return _NEEDED.findall(_run(["readelf", "-d", str(library)]).stdout)
+
+
+def cuda_findings(library: Path, release: versions.Release) -> list[Finding]:
+    """A warning for each CUDA runtime ``library`` links whose major version ``release``'s image does not ship."""
+    return [
+        Finding("warning", f"{library.name} links CUDA {major}'s runtime (libcudart.so.{major}), but Triton "
+                           f"{release.container}'s image ships CUDA {release.cuda}: it will not load there. Build in "
+                           "the release's container (tbgen build --docker), or avoid the dependency (e.g. link "
+                           "cudart statically).")
+        for major in sorted(cuda_runtime_majors(needed_libraries(library)) - {release.cuda.split(".")[0]})
+    ]
+
+
+def check_library(library: Path, server: ServerInstall | None,
+                  release: versions.Release | None = None) -> list[Finding]:
+    """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with ``release``,
+    also a CUDA runtime of another major version than the release's image ships."""
+    findings = cuda_findings(library, release) if release is not None else []
     extra = unexpected_exports(dynamic_symbols(library, defined=True))
     if extra:
         shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
@@ -113,39 +141,6 @@ def check_library(library: Path, server: ServerInstall | None) -> list[Finding]:
         else:
             findings.append(Finding("error", f"ldd cannot find {name}, which {library.name} needs"))
     return findings
-
-
-def server_for_check(explicit: Path | None) -> tuple[ServerInstall | None, list[Finding]]:
-    """The server to check against: ``explicit`` (an error when unusable), else the first found, else None
-    with a note saying the server part is skipped."""
-    if explicit is not None:
-        return find_tritonserver(explicit), []
-    try:
-        return find_tritonserver(), []
-    except ServerError:
-        return None, [Finding("note", "no tritonserver found: the library's imports were not checked "
-                                      "against a server (pass --server PATH)")]
-
-
-def check_project(path: Path, server: Path | None = None) -> CheckReport:
-    """Check the built library of the project at ``path`` (or the library file ``path`` itself)."""
-    path = Path(path)
-    if path.is_file() and path.suffix == ".so":
-        library = path
-    else:
-        from triton_backend_gen.project import load_project
-        from triton_backend_gen.toolchain.build import library_path
-
-        project = load_project(path)
-        if project.language != "cpp":
-            raise UsageError(f"{project.name} is a python project: it has no C++ backend library to check.",
-                             "tbgen check applies to C++ backends (cpp-backend, decoupled-backend language=cpp).")
-        library = library_path(project)
-        if not library.is_file():
-            raise BuildError(f"{library} does not exist: the backend is not built.", f"Run `tbgen build {path}`.")
-    install, notes = server_for_check(server)
-    findings = tuple(check_library(library, install)) + tuple(notes)
-    return CheckReport(library, install.describe() if install else None, findings)
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

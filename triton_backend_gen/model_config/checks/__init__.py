@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from google.protobuf import text_format
+
 from triton_backend_gen.errors import ConfigError
 from triton_backend_gen.model_config.checks.context import CheckContext
 from triton_backend_gen.model_config.checks.ensembles import check_ensemble
@@ -38,8 +40,6 @@ def check_config(path: Path, expect: Expectations = _NOTHING_EXPECTED) -> list[F
 
     When ``path`` is ``<model>/config.pbtxt`` inside a model repository, the directory is checked too (model
     name, version directories, model.py for the python backend, the models an ensemble calls)."""
-    from google.protobuf import text_format
-
     path = Path(path)
     try:
         text = read_text(path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritonclient.grpc import model_config_pb2
+
 from triton_backend_gen.model_config.findings import CONFIG_FILE, ERROR, WARNING, Expectations, Finding
 from triton_backend_gen.model_config.locate import Node
 
@@ -91,8 +93,6 @@ class CheckContext:
 
 def dtype_name(value: int) -> str:
     """The ModelConfig name of data type ``value``, e.g. TYPE_FP32."""
-    from tritonclient.grpc import model_config_pb2
-
     return enum_name(model_config_pb2.DataType, value)
 
 

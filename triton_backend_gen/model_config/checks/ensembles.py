@@ -57,38 +57,55 @@ def _entry_line(ctx: CheckContext, i: int, map_name: str, key: str) -> int | Non
 
 def _check_data_flow(ctx: CheckContext, steps: list[Any]) -> None:
     """Every step maps inputs and outputs; every ensemble tensor has one producer and is used."""
-    c = ctx.config
     produced: dict[str, int] = {}  # ensemble tensor -> step writing it
     consumed: set[str] = set()
     for i, step in enumerate(steps):
-        at = _step_line(ctx, i)
-        model = step.model_name or f"step {i}"
-        if not step.model_name:
-            ctx.error(at, f'ensemble step {i} has no model_name; add model_name: "<model>"')
-        if not step.input_map:
-            ctx.error(
-                at,
-                f"ensemble step {i} ({model}) has no input_map; map the model's inputs, e.g. "
-                'input_map { key: "INPUT0" value: "<ensemble tensor>" }',
-            )
-        if not step.output_map:
-            ctx.error(
-                at,
-                f"ensemble step {i} ({model}) has no output_map; map the model's outputs, e.g. "
-                'output_map { key: "OUTPUT0" value: "<ensemble tensor>" }',
-            )
-        for key, tensor in step.output_map.items():
-            if tensor in produced:
-                ctx.error(
-                    _entry_line(ctx, i, "output_map", key),
-                    f'ensemble tensor "{tensor}" is written by step {produced[tensor]} and again by step {i} '
-                    f"({model}); every ensemble tensor has one producer: rename one of them",
-                )
-            produced.setdefault(tensor, i)
+        _check_step_maps(ctx, i, step)
+        _note_producers(ctx, i, step, produced)
         consumed.update(step.input_map.values())
+    inputs = [t.name for t in ctx.config.input]
+    outputs = [t.name for t in ctx.config.output]
+    _check_ensemble_io(ctx, inputs, outputs, produced, consumed)
+    _check_step_reads(ctx, steps, set(inputs) | set(produced))
+    _check_unused_tensors(ctx, steps, produced, consumed | set(outputs))
 
-    inputs = [t.name for t in c.input]
-    outputs = [t.name for t in c.output]
+
+def _check_step_maps(ctx: CheckContext, i: int, step: Any) -> None:
+    """Step ``i`` names its model and maps some inputs and outputs."""
+    at = _step_line(ctx, i)
+    model = step.model_name or f"step {i}"
+    if not step.model_name:
+        ctx.error(at, f'ensemble step {i} has no model_name; add model_name: "<model>"')
+    if not step.input_map:
+        ctx.error(
+            at,
+            f"ensemble step {i} ({model}) has no input_map; map the model's inputs, e.g. "
+            'input_map { key: "INPUT0" value: "<ensemble tensor>" }',
+        )
+    if not step.output_map:
+        ctx.error(
+            at,
+            f"ensemble step {i} ({model}) has no output_map; map the model's outputs, e.g. "
+            'output_map { key: "OUTPUT0" value: "<ensemble tensor>" }',
+        )
+
+
+def _note_producers(ctx: CheckContext, i: int, step: Any, produced: dict[str, int]) -> None:
+    """Record step ``i`` in ``produced`` as the writer of its output tensors; a second writer is reported."""
+    model = step.model_name or f"step {i}"
+    for key, tensor in step.output_map.items():
+        if tensor in produced:
+            ctx.error(
+                _entry_line(ctx, i, "output_map", key),
+                f'ensemble tensor "{tensor}" is written by step {produced[tensor]} and again by step {i} '
+                f"({model}); every ensemble tensor has one producer: rename one of them",
+            )
+        produced.setdefault(tensor, i)
+
+
+def _check_ensemble_io(ctx: CheckContext, inputs: list[str], outputs: list[str], produced: dict[str, int],
+                       consumed: set[str]) -> None:
+    """Each ensemble input is read by a step and written by none; each ensemble output is written by one."""
     for index, name in enumerate(inputs):
         if name not in consumed:
             ctx.error(
@@ -101,7 +118,16 @@ def _check_data_flow(ctx: CheckContext, steps: list[Any]) -> None:
                 f'ensemble input "{name}" is also written by step {produced[name]}\'s output_map; rename that '
                 "step's output tensor",
             )
-    available = set(inputs) | set(produced)
+    for index, name in enumerate(outputs):
+        if name not in produced:
+            ctx.error(
+                ctx.line_of(("output", index), "name"),
+                f'ensemble output "{name}" is not written by any step; add it as a value of a step\'s output_map',
+            )
+
+
+def _check_step_reads(ctx: CheckContext, steps: list[Any], available: set[str]) -> None:
+    """Every tensor a step reads is an ensemble input or written by some step."""
     for i, step in enumerate(steps):
         for key, tensor in step.input_map.items():
             if tensor not in available:
@@ -110,14 +136,12 @@ def _check_data_flow(ctx: CheckContext, steps: list[Any]) -> None:
                     f'ensemble step {i} ({step.model_name}) reads "{tensor}" (input_map "{key}"), which is neither '
                     "an ensemble input nor written by any step's output_map; declare it as an input or produce it",
                 )
-    for index, name in enumerate(outputs):
-        if name not in produced:
-            ctx.error(
-                ctx.line_of(("output", index), "name"),
-                f'ensemble output "{name}" is not written by any step; add it as a value of a step\'s output_map',
-            )
+
+
+def _check_unused_tensors(ctx: CheckContext, steps: list[Any], produced: dict[str, int], used: set[str]) -> None:
+    """Every tensor a step writes is read by a step or is an ensemble output (both in ``used``)."""
     for tensor, i in produced.items():
-        if tensor not in consumed and tensor not in outputs:
+        if tensor not in used:
             key = next(k for k, v in steps[i].output_map.items() if v == tensor)
             ctx.error(
                 _entry_line(ctx, i, "output_map", key),

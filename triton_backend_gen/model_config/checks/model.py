@@ -23,6 +23,17 @@ def check_identity(ctx: CheckContext) -> None:
             'neither backend nor platform is set; add backend: "<name>" (e.g. backend: "python"), or '
             'platform: "ensemble" for an ensemble',
         )
+    _check_platform(ctx)
+    if c.max_batch_size < 0:
+        ctx.error(
+            ctx.line_of("max_batch_size"),
+            f"max_batch_size is {c.max_batch_size}; it must be 0 (no batching) or a positive batch size",
+        )
+
+
+def _check_platform(ctx: CheckContext) -> None:
+    """A platform Triton knows, and (next to a known backend) the one that belongs to it."""
+    c = ctx.config
     if c.platform and c.platform not in PLATFORM_BACKENDS and c.platform != ENSEMBLE_PLATFORM and not c.backend:
         ctx.error(
             ctx.line_of("platform"),
@@ -34,11 +45,6 @@ def check_identity(ctx: CheckContext) -> None:
         ctx.error(
             ctx.line_of("platform"),
             f'platform "{c.platform}" does not belong to backend "{c.backend}"; remove the platform line',
-        )
-    if c.max_batch_size < 0:
-        ctx.error(
-            ctx.line_of("max_batch_size"),
-            f"max_batch_size is {c.max_batch_size}; it must be 0 (no batching) or a positive batch size",
         )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tritonclient.grpc import model_config_pb2
+
 from triton_backend_gen.model_config.checks.context import TENSORRT_PLATFORM, CheckContext, dtype_name, enum_name
 
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
@@ -38,35 +40,47 @@ def _check_dynamic_batching(ctx: CheckContext) -> None:
                 f"dynamic_batching.preferred_batch_size {size} exceeds max_batch_size {c.max_batch_size}; "
                 "lower it or raise max_batch_size",
             )
-    levels = db.priority_levels
-    if levels:
-        if not 1 <= db.default_priority_level <= levels:
-            ctx.error(
-                ctx.line_of("dynamic_batching", "default_priority_level")
-                or ctx.line_of("dynamic_batching", "priority_levels"),
-                f"dynamic_batching.default_priority_level must be in [1, {levels}] when priority_levels is "
-                f"{levels}; it is {db.default_priority_level}",
-            )
-        for level in db.priority_queue_policy:
-            if not 1 <= level <= levels:
-                ctx.error(
-                    ctx.line_of("dynamic_batching", "priority_queue_policy"),
-                    f"dynamic_batching.priority_queue_policy has level {level}, outside [1, {levels}]",
-                )
+    if db.priority_levels:
+        _check_priority_levels(ctx)
     if db.preserve_ordering:
-        if levels > 1:
+        _check_preserve_ordering(ctx)
+
+
+def _check_priority_levels(ctx: CheckContext) -> None:
+    """The default level and every level with a queue policy lie in [1, priority_levels]."""
+    db = ctx.config.dynamic_batching
+    levels = db.priority_levels
+    if not 1 <= db.default_priority_level <= levels:
+        ctx.error(
+            ctx.line_of("dynamic_batching", "default_priority_level")
+            or ctx.line_of("dynamic_batching", "priority_levels"),
+            f"dynamic_batching.default_priority_level must be in [1, {levels}] when priority_levels is "
+            f"{levels}; it is {db.default_priority_level}",
+        )
+    for level in db.priority_queue_policy:
+        if not 1 <= level <= levels:
             ctx.error(
-                ctx.line_of("dynamic_batching", "priority_levels"),
-                "dynamic_batching.preserve_ordering allows one priority level only; remove priority_levels "
-                "or preserve_ordering",
+                ctx.line_of("dynamic_batching", "priority_queue_policy"),
+                f"dynamic_batching.priority_queue_policy has level {level}, outside [1, {levels}]",
             )
-        policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
-        if any(p.default_timeout_microseconds and p.timeout_action == 1 for p in policies):  # DELAY
-            ctx.error(
-                ctx.line_of("dynamic_batching", "preserve_ordering"),
-                "dynamic_batching.preserve_ordering cannot be combined with a queue policy whose "
-                "timeout_action is DELAY; use REJECT or turn preserve_ordering off",
-            )
+
+
+def _check_preserve_ordering(ctx: CheckContext) -> None:
+    """preserve_ordering allows neither several priority levels nor a queue policy that delays."""
+    db = ctx.config.dynamic_batching
+    if db.priority_levels > 1:
+        ctx.error(
+            ctx.line_of("dynamic_batching", "priority_levels"),
+            "dynamic_batching.preserve_ordering allows one priority level only; remove priority_levels "
+            "or preserve_ordering",
+        )
+    policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
+    if any(p.default_timeout_microseconds and p.timeout_action == 1 for p in policies):  # DELAY
+        ctx.error(
+            ctx.line_of("dynamic_batching", "preserve_ordering"),
+            "dynamic_batching.preserve_ordering cannot be combined with a queue policy whose "
+            "timeout_action is DELAY; use REJECT or turn preserve_ordering off",
+        )
 
 
 def _check_sequence_batching(ctx: CheckContext) -> None:
@@ -112,8 +126,6 @@ def _check_sequence_control(
     ctx: CheckContext, tensor: str, control: Any, line: int | None, kinds: dict[int, str]
 ) -> None:
     """One control of a control_input; ``kinds`` maps each control kind seen so far to its tensor."""
-    from tritonclient.grpc import model_config_pb2
-
     kind_name = enum_name(model_config_pb2.ModelSequenceBatching.Control.Kind, control.kind)
     if control.kind in kinds:
         ctx.error(
@@ -160,9 +172,6 @@ def _check_sequence_control(
 
 def check_instance_groups(ctx: CheckContext) -> None:
     """Instance kinds, GPUs and profiles (and none on an ensemble)."""
-    from tritonclient.grpc import model_config_pb2
-
-    kinds = model_config_pb2.ModelInstanceGroup.Kind
     c = ctx.config
     if ctx.is_ensemble:
         if len(c.instance_group):
@@ -173,35 +182,43 @@ def check_instance_groups(ctx: CheckContext) -> None:
             )
         return
     for index, group in enumerate(c.instance_group):
-        label = f'instance_group "{group.name}"' if group.name else f"instance_group {index}"
-        kind = enum_name(kinds, group.kind)
-        if kind.isdigit():
-            ctx.error(
-                ctx.line_of(("instance_group", index), "kind"),
-                f"{label} has kind {kind}, which is no instance kind; use KIND_CPU, KIND_GPU, KIND_MODEL or KIND_AUTO",
-            )
-        if group.gpus and group.kind in (kinds.KIND_CPU, kinds.KIND_MODEL):
-            ctx.error(
-                ctx.line_of(("instance_group", index), "gpus"),
-                f"{label} has kind {kind} but lists gpus; remove gpus or use kind: KIND_GPU",
-            )
-        if group.profile and c.platform != TENSORRT_PLATFORM:
-            ctx.error(
-                ctx.line_of(("instance_group", index), "profile"),
-                f"{label} sets profile, which only TensorRT models support; remove it",
-            )
-        uses_gpu = group.kind == kinds.KIND_GPU or (group.kind == kinds.KIND_AUTO and len(group.gpus) > 0)
-        if not uses_gpu:
-            continue
+        _check_instance_group(ctx, index, group)
+
+
+def _check_instance_group(ctx: CheckContext, index: int, group: Any) -> None:
+    """Instance group ``index``: a known kind, gpus only where GPUs are used, a profile only on TensorRT."""
+    kinds = model_config_pb2.ModelInstanceGroup.Kind
+    label = f'instance_group "{group.name}"' if group.name else f"instance_group {index}"
+    kind = enum_name(kinds, group.kind)
+    if kind.isdigit():
+        ctx.error(
+            ctx.line_of(("instance_group", index), "kind"),
+            f"{label} has kind {kind}, which is no instance kind; use KIND_CPU, KIND_GPU, KIND_MODEL or KIND_AUTO",
+        )
+    if group.gpus and group.kind in (kinds.KIND_CPU, kinds.KIND_MODEL):
+        ctx.error(
+            ctx.line_of(("instance_group", index), "gpus"),
+            f"{label} has kind {kind} but lists gpus; remove gpus or use kind: KIND_GPU",
+        )
+    if group.profile and ctx.config.platform != TENSORRT_PLATFORM:
+        ctx.error(
+            ctx.line_of(("instance_group", index), "profile"),
+            f"{label} sets profile, which only TensorRT models support; remove it",
+        )
+    if group.kind == kinds.KIND_GPU or (group.kind == kinds.KIND_AUTO and len(group.gpus) > 0):
         asks = f"{label} asks for {kind if group.kind == kinds.KIND_GPU else 'GPUs'}"
-        where = ctx.line_of(("instance_group", index), "kind")
-        if ctx.expect.gpu is False:
-            ctx.error(where, f"{asks} but the project is built without GPU support (gpu = false in tbgen.toml); "
-                      "use kind: KIND_CPU, or render the project again with --gpu")
-        elif ctx.expect.gpus_visible is False:
-            ctx.warn(where, f"{asks} but this machine shows no GPU: a server here refuses to load the model "
-                     '("no GPUs are available"); to test here use kind: KIND_CPU (a --gpu build serves CPU '
-                     "instances too)")
+        _check_gpu_expected(ctx, asks, ctx.line_of(("instance_group", index), "kind"))
+
+
+def _check_gpu_expected(ctx: CheckContext, asks: str, where: int | None) -> None:
+    """An instance group that uses GPUs (``asks`` says how) needs a GPU build, and a GPU here to be tested."""
+    if ctx.expect.gpu is False:
+        ctx.error(where, f"{asks} but the project is built without GPU support (gpu = false in tbgen.toml); "
+                  "use kind: KIND_CPU, or render the project again with --gpu")
+    elif ctx.expect.gpus_visible is False:
+        ctx.warn(where, f"{asks} but this machine shows no GPU: a server here refuses to load the model "
+                 '("no GPUs are available"); to test here use kind: KIND_CPU (a --gpu build serves CPU '
+                 "instances too)")
 
 
 def check_transaction_policy(ctx: CheckContext) -> None:

@@ -3,6 +3,7 @@ outputs, and the warmup samples fed to the inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from triton_backend_gen.model_config.checks.context import TENSORRT_PLATFORM, CheckContext, dtype_name, show_dims
@@ -36,7 +37,6 @@ def check_tensors(ctx: CheckContext) -> None:
 
 def _check_tensor(ctx: CheckContext, kind: str, index: int, tensor: Any, node: Node | None) -> None:
     """Input or output ``index``; ``node`` is where it is in the text."""
-    c = ctx.config
     label = f'{kind} "{tensor.name}"' if tensor.name else f"{kind} {index}"
     name_node = node.first("name") if node else None
     at = name_node.line if name_node else (node.line if node else None)
@@ -54,27 +54,38 @@ def _check_tensor(ctx: CheckContext, kind: str, index: int, tensor: Any, node: N
             "(TYPE_STRING for BYTES tensors)",
         )
     dims = list(tensor.dims)
+    _check_dims(ctx, label, dims, line("dims"))
+    if tensor.HasField("reshape"):
+        _check_reshape(ctx, label, dims, list(tensor.reshape.shape), line("reshape"))
+    _check_layout_flags(ctx, kind, label, tensor, len(dims), line)
+
+
+def _check_dims(ctx: CheckContext, label: str, dims: list[int], line: int | None) -> None:
+    """dims must list the shape: not empty, each dimension >= 1 or -1."""
     if not dims:
-        hint = "dims: [ 1 ] for one value per batch item" if c.max_batch_size > 0 else "dims: [ 1 ]"
+        hint = "dims: [ 1 ] for one value per batch item" if ctx.config.max_batch_size > 0 else "dims: [ 1 ]"
         ctx.error(
-            line("dims"),
+            line,
             f"{label} has empty dims; list its shape without the batch dimension, e.g. {hint} "
             "(use -1 for a variable-size dimension)",
         )
     bad = [d for d in dims if d < 1 and d != -1]
     if bad:
         ctx.error(
-            line("dims"),
+            line,
             f"{label} has dims {show_dims(dims)}; every dimension must be >= 1, or -1 for a variable size "
             "(0 is not allowed)",
         )
-    if tensor.HasField("reshape"):
-        _check_reshape(ctx, label, dims, list(tensor.reshape.shape), line("reshape"))
-    if kind == "input" and tensor.format in (1, 2) and len(dims) != 3:  # FORMAT_NHWC, FORMAT_NCHW
+
+
+def _check_layout_flags(ctx: CheckContext, kind: str, label: str, tensor: Any, rank: int,
+                        line: Callable[[str], int | None]) -> None:
+    """An image format needs 3 dims; the shape-tensor and non-linear-format flags need TensorRT."""
+    if kind == "input" and tensor.format in (1, 2) and rank != 3:  # FORMAT_NHWC, FORMAT_NCHW
         fmt = "FORMAT_NHWC" if tensor.format == 1 else "FORMAT_NCHW"
-        ctx.error(line("format"), f"{label} has format {fmt}, which requires exactly 3 dims; it has {len(dims)}")
+        ctx.error(line("format"), f"{label} has format {fmt}, which requires exactly 3 dims; it has {rank}")
     for flag in ("is_shape_tensor", "is_non_linear_format_io"):
-        if getattr(tensor, flag) and c.platform != TENSORRT_PLATFORM:
+        if getattr(tensor, flag) and ctx.config.platform != TENSORRT_PLATFORM:
             ctx.error(line(flag), f"{label} sets {flag}, which only TensorRT models support; remove it")
 
 
@@ -93,18 +104,24 @@ def _check_reshape(ctx: CheckContext, label: str, dims: list[int], shape: list[i
         return
     if not dims or any(d < 1 and d != -1 for d in dims):
         return  # already reported
+    _check_reshape_elements(ctx, label, dims, shape, line)
+
+
+def _check_reshape_elements(ctx: CheckContext, label: str, dims: list[int], shape: list[int],
+                            line: int | None) -> None:
+    """Valid ``dims`` and ``shape`` must hold as many elements, in the same runs between variable dims."""
     dims_count, shape_count = _element_count(dims), (_element_count(shape) if shape else 0)
     if dims_count != shape_count and not (shape_count == 0 and dims_count == 1):
         ctx.error(
             line,
-            f"{label}: reshape {show_dims(shape)} does not hold the same number of elements as dims {show_dims(dims)}; "
-            "the element counts must match (an empty reshape needs dims of one element)",
+            f"{label}: reshape {show_dims(shape)} does not hold the same number of elements as dims "
+            f"{show_dims(dims)}; the element counts must match (an empty reshape needs dims of one element)",
         )
     elif dims_count == -1 and _trunks(dims) != _trunks(shape):
         ctx.error(
             line,
-            f"{label}: reshape {show_dims(shape)} does not match dims {show_dims(dims)}; the fixed dimensions between "
-            "variable (-1) ones must hold the same number of elements in both",
+            f"{label}: reshape {show_dims(shape)} does not match dims {show_dims(dims)}; the fixed dimensions "
+            "between variable (-1) ones must hold the same number of elements in both",
         )
 
 
@@ -169,56 +186,71 @@ def check_warmup(ctx: CheckContext) -> None:
     """model_warmup samples against the model's inputs and batch size (and none on an ensemble)."""
     c = ctx.config
     if ctx.is_ensemble:
-        if len(c.model_warmup):
-            ctx.error(
-                ctx.line_of("model_warmup"),
-                "model_warmup is set on an ensemble, which Triton does not allow; warm up the composing models",
-            )
-        if c.HasField("optimization"):
-            ctx.error(
-                ctx.line_of("optimization"),
-                "optimization is set on an ensemble, which Triton does not allow; remove it",
-            )
+        _check_ensemble_warmup(ctx)
         return
     inputs = {t.name for t in c.input}
     required = [t.name for t in c.input if not t.optional]
     for index, warmup in enumerate(c.model_warmup):
-        node = ctx.tree.nth("model_warmup", index)
-        line = node.line if node else None
-        label = f'model_warmup "{warmup.name}"' if warmup.name else f"model_warmup {index}"
-        limit = max(c.max_batch_size, 1)
-        if warmup.batch_size > limit:
-            ctx.error(
-                ctx.line_of(("model_warmup", index), "batch_size"),
-                f"{label} has batch_size {warmup.batch_size}, above the model's limit of {limit} "
-                "(max_batch_size, or 1 without batching)",
-            )
-        missing = [name for name in required if name not in warmup.inputs]
-        if missing and warmup.batch_size > 0:  # Triton skips samples of batch_size 0
-            ctx.error(
-                line,
-                f"{label} lacks the required input(s) "
-                + ", ".join(f'"{m}"' for m in missing)
-                + '; add inputs { key: "<name>" value: { data_type: ... dims: [ ... ] zero_data: true } } '
-                "for each",
-            )
-        for name, sample in warmup.inputs.items():
-            entry = node.with_child("inputs", "key", name) if node else None
-            at = entry.line if entry else line
-            if inputs and name not in inputs:
-                ctx.warn(
-                    at,
-                    f'{label} feeds input "{name}", which the model does not declare; use one of '
-                    + ", ".join(sorted(inputs)),
-                )
-            if any(d == -1 for d in sample.dims):
-                ctx.error(
-                    at,
-                    f'{label} input "{name}" has a variable (-1) dimension; warmup needs concrete dims',
-                )
-            if sample.WhichOneof("input_data_type") is None:
-                ctx.error(
-                    at,
-                    f'{label} input "{name}" sets no data; add zero_data: true, random_data: true or '
-                    'input_data_file: "..."',
-                )
+        _check_warmup_sample(ctx, index, warmup, inputs, required)
+
+
+def _check_ensemble_warmup(ctx: CheckContext) -> None:
+    """An ensemble may set neither model_warmup nor optimization."""
+    if len(ctx.config.model_warmup):
+        ctx.error(
+            ctx.line_of("model_warmup"),
+            "model_warmup is set on an ensemble, which Triton does not allow; warm up the composing models",
+        )
+    if ctx.config.HasField("optimization"):
+        ctx.error(
+            ctx.line_of("optimization"),
+            "optimization is set on an ensemble, which Triton does not allow; remove it",
+        )
+
+
+def _check_warmup_sample(ctx: CheckContext, index: int, warmup: Any, inputs: set[str], required: list[str]) -> None:
+    """Warmup sample ``index``: its batch size, the required inputs it feeds, and each input it feeds."""
+    node = ctx.tree.nth("model_warmup", index)
+    line = node.line if node else None
+    label = f'model_warmup "{warmup.name}"' if warmup.name else f"model_warmup {index}"
+    limit = max(ctx.config.max_batch_size, 1)
+    if warmup.batch_size > limit:
+        ctx.error(
+            ctx.line_of(("model_warmup", index), "batch_size"),
+            f"{label} has batch_size {warmup.batch_size}, above the model's limit of {limit} "
+            "(max_batch_size, or 1 without batching)",
+        )
+    missing = [name for name in required if name not in warmup.inputs]
+    if missing and warmup.batch_size > 0:  # Triton skips samples of batch_size 0
+        ctx.error(
+            line,
+            f"{label} lacks the required input(s) "
+            + ", ".join(f'"{m}"' for m in missing)
+            + '; add inputs { key: "<name>" value: { data_type: ... dims: [ ... ] zero_data: true } } '
+            "for each",
+        )
+    for name, sample in warmup.inputs.items():
+        entry = node.with_child("inputs", "key", name) if node else None
+        _check_warmup_input(ctx, label, name, sample, inputs, entry.line if entry else line)
+
+
+def _check_warmup_input(ctx: CheckContext, label: str, name: str, sample: Any, inputs: set[str],
+                        at: int | None) -> None:
+    """One input of a warmup sample: a declared input, with concrete dims and some data."""
+    if inputs and name not in inputs:
+        ctx.warn(
+            at,
+            f'{label} feeds input "{name}", which the model does not declare; use one of '
+            + ", ".join(sorted(inputs)),
+        )
+    if any(d == -1 for d in sample.dims):
+        ctx.error(
+            at,
+            f'{label} input "{name}" has a variable (-1) dimension; warmup needs concrete dims',
+        )
+    if sample.WhichOneof("input_data_type") is None:
+        ctx.error(
+            at,
+            f'{label} input "{name}" sets no data; add zero_data: true, random_data: true or '
+            'input_data_file: "..."',
+        )

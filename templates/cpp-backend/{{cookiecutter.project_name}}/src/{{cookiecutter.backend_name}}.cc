@@ -15,7 +15,6 @@
 // input gathering, output scattering, errors and statistics.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -143,167 +142,32 @@ AddSub(
 }
 // ============================================================================
 
-uint64_t
-NowNs()
-{
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string
-ModelPrefix(const std::string& model_name)
-{
-  return "model '" + model_name + "': ";
-}
-
 // An input used in place may start at any byte (an HTTP request body packs
 // tensors back to back), and reading it through an Element pointer needs
-// Element's alignment: a misaligned input is copied into 'scratch' first
-// (and its size added to 'copied_bytes').
+// Element's alignment: a misaligned input is copied into 'scratch' first.
 const Element*
 AlignedInput(
-    const char* buffer, const size_t count, std::vector<Element>* scratch,
-    size_t* copied_bytes)
+    const char* buffer, const size_t count, std::vector<Element>* scratch)
 {
   if (reinterpret_cast<std::uintptr_t>(buffer) % alignof(Element) == 0) {
     return reinterpret_cast<const Element*>(buffer);
   }
   scratch->resize(count);
   std::memcpy(scratch->data(), buffer, count * sizeof(Element));
-  *copied_bytes += count * sizeof(Element);
   return scratch->data();
 }
 
-// Whether 'buffer' is the request's own input 'name', passed through by the
-// input collector without a copy.
-bool
-InPlace(TRITONBACKEND_Request* request, const char* name, const char* buffer)
-{
-  TRITONBACKEND_Input* input = nullptr;
-  const void* first = nullptr;
-  uint64_t byte_size = 0;
-  TRITONSERVER_MemoryType memory_type = TRITONSERVER_MEMORY_CPU;
-  int64_t memory_type_id = 0;
-  TRITONSERVER_Error* err = TRITONBACKEND_RequestInput(request, name, &input);
-  if (err == nullptr) {
-    err = TRITONBACKEND_InputBuffer(
-        input, 0, &first, &byte_size, &memory_type, &memory_type_id);
-  }
-  if (err != nullptr) {
-    TRITONSERVER_ErrorDelete(err);
-    return false;
-  }
-  return first == buffer;
-}
-
-//
-// ModelState: one per loaded model. Holds the validated configuration that
-// every instance of the model shares.
-//
-class ModelState : public BackendModel {
- public:
-  static TRITONSERVER_Error* Create(
-      TRITONBACKEND_Model* triton_model, ModelState** state);
-
-  // Dims of every input and output, without the batch dimension.
-  const std::vector<int64_t>& Dims() const { return dims_; }
-
- private:
-  explicit ModelState(TRITONBACKEND_Model* triton_model)
-      : BackendModel(triton_model)
-  {
-  }
-
-  TRITONSERVER_Error* ValidateModelConfig();
-  TRITONSERVER_Error* ValidateTensors(
-      const char* section, const char* name0, const char* name1);
-
-  std::vector<int64_t> dims_;
-};
-
-TRITONSERVER_Error*
-ModelState::Create(TRITONBACKEND_Model* triton_model, ModelState** state)
-{
-  std::unique_ptr<ModelState> model_state;
-  try {
-    model_state.reset(new ModelState(triton_model));
-  }
-  catch (const BackendModelException& ex) {
-    RETURN_ERROR_IF_TRUE(
-        ex.err_ == nullptr, TRITONSERVER_ERROR_INTERNAL,
-        std::string("unexpected nullptr in BackendModelException"));
-    RETURN_IF_ERROR(ex.err_);
-  }
-  RETURN_IF_ERROR(model_state->ValidateModelConfig());
-  *state = model_state.release();
-  return nullptr;  // success
-}
-
+{% include "backend_helpers.cc.j2" %}
 TRITONSERVER_Error*
 ModelState::ValidateModelConfig()
 {
-  RETURN_IF_ERROR(ValidateTensors("input", kInput0, kInput1));
-  RETURN_IF_ERROR(ValidateTensors("output", kOutput0, kOutput1));
-  return nullptr;  // success
-}
-
-// Checks that config section 'section' ("input" or "output") declares exactly
-// the tensors 'name0' and 'name1', of kConfigDataType, with the same dims as
-// every other tensor of the model.
-TRITONSERVER_Error*
-ModelState::ValidateTensors(
-    const char* section, const char* name0, const char* name1)
-{
-  const std::string prefix = ModelPrefix(Name());
-  common::TritonJson::Value tensors;
-  RETURN_IF_ERROR(ModelConfig().MemberAsArray(section, &tensors));
-  RETURN_ERROR_IF_FALSE(
-      tensors.ArraySize() == 2, TRITONSERVER_ERROR_INVALID_ARG,
-      prefix + "'" + section + "' must declare 2 tensors (" + name0 + ", " +
-          name1 + "), found " + std::to_string(tensors.ArraySize()));
-
-  bool seen0 = false;
-  bool seen1 = false;
-  for (size_t i = 0; i < tensors.ArraySize(); ++i) {
-    common::TritonJson::Value tensor;
-    RETURN_IF_ERROR(tensors.IndexAsObject(i, &tensor));
-
-    std::string name;
-    RETURN_IF_ERROR(tensor.MemberAsString("name", &name));
-    const bool is_first = name == name0;
-    RETURN_ERROR_IF_FALSE(
-        is_first || name == name1, TRITONSERVER_ERROR_INVALID_ARG,
-        prefix + "'" + section + "' has unexpected name '" + name +
-            "'; expected " + name0 + " and " + name1);
-    bool& seen = is_first ? seen0 : seen1;
-    RETURN_ERROR_IF_TRUE(
-        seen, TRITONSERVER_ERROR_INVALID_ARG,
-        prefix + "'" + section + "' declares name '" + name + "' twice");
-    seen = true;
-
-    std::string data_type;
-    RETURN_IF_ERROR(tensor.MemberAsString("data_type", &data_type));
-    RETURN_ERROR_IF_FALSE(
-        data_type == kConfigDataType, TRITONSERVER_ERROR_INVALID_ARG,
-        prefix + section + " '" + name + "': data_type is " + data_type +
-            ", this backend was built for " + kConfigDataType);
-
-    std::vector<int64_t> dims;
-    RETURN_IF_ERROR(ParseShape(tensor, "dims", &dims));
-    RETURN_ERROR_IF_TRUE(
-        dims.empty(), TRITONSERVER_ERROR_INVALID_ARG,
-        prefix + section + " '" + name + "': dims must not be empty");
-    if (dims_.empty()) {
-      dims_ = dims;
-    }
-    RETURN_ERROR_IF_FALSE(
-        dims == dims_, TRITONSERVER_ERROR_INVALID_ARG,
-        prefix + section + " '" + name + "': dims " + ShapeToString(dims) +
-            " differ from " + ShapeToString(dims_) +
-            "; all inputs and outputs must have the same dims");
-  }
-  return nullptr;  // success
+  // Element-wise: every tensor has the dims config.pbtxt gives (dims {}), the
+  // same for all four.
+  const std::vector<TensorSpec> inputs = {
+      {kInput0, kConfigDataType, {}}, {kInput1, kConfigDataType, {}}};
+  const std::vector<TensorSpec> outputs = {
+      {kOutput0, kConfigDataType, {}}, {kOutput1, kConfigDataType, {}}};
+  return ValidateTensors(this, inputs, outputs);
 }
 
 //
@@ -312,14 +176,11 @@ ModelState::ValidateTensors(
 //
 class ModelInstanceState : public BackendModelInstance {
  public:
-  static TRITONSERVER_Error* Create(
-      ModelState* model_state,
-      TRITONBACKEND_ModelInstance* triton_model_instance,
-      ModelInstanceState** state);
+  using BackendModelInstance::BackendModelInstance;
 
-  // Executes a batch of requests and sends one response to each. Every
-  // request is released before this returns.
-  void ProcessRequests(
+  // Executes a batch of requests and sends one response to each (see
+  // TRITONBACKEND_ModelInstanceExecute for the error contract).
+  TRITONSERVER_Error* ProcessRequests(
       TRITONBACKEND_Request** requests, const uint32_t request_count);
 
  private:
@@ -329,14 +190,6 @@ class ModelInstanceState : public BackendModelInstance {
     uint64_t compute_end_ns = 0;
     uint64_t exec_end_ns = 0;
   };
-
-  ModelInstanceState(
-      ModelState* model_state,
-      TRITONBACKEND_ModelInstance* triton_model_instance)
-      : BackendModelInstance(model_state, triton_model_instance),
-        model_state_(model_state)
-  {
-  }
 
   TRITONSERVER_Error* RequestShape(
       TRITONBACKEND_Request* request, std::vector<int64_t>* shape) const;
@@ -349,40 +202,11 @@ class ModelInstanceState : public BackendModelInstance {
       const std::vector<TRITONBACKEND_Response*>& responses,
       const uint64_t executed_batch_size, const Timestamps& times);
 
-  ModelState* model_state_;
   // Host buffers of CPU executions, reused across executions: both outputs,
   // and aligned copies of inputs that arrive misaligned (see AlignedInput).
   std::vector<Element> host_outputs_;
   std::vector<Element> host_inputs_[2];
 };
-
-TRITONSERVER_Error*
-ModelInstanceState::Create(
-    ModelState* model_state, TRITONBACKEND_ModelInstance* triton_model_instance,
-    ModelInstanceState** state)
-{
-#ifndef TRITON_ENABLE_GPU
-  TRITONSERVER_InstanceGroupKind kind;
-  RETURN_IF_ERROR(
-      TRITONBACKEND_ModelInstanceKind(triton_model_instance, &kind));
-  RETURN_ERROR_IF_TRUE(
-      kind == TRITONSERVER_INSTANCEGROUPKIND_GPU, TRITONSERVER_ERROR_INVALID_ARG,
-      ModelPrefix(model_state->Name()) +
-          "instance_group kind KIND_GPU needs a backend built with "
-          "TRITON_ENABLE_GPU=ON; use KIND_CPU or rebuild with GPU support");
-#endif  // TRITON_ENABLE_GPU
-
-  try {
-    *state = new ModelInstanceState(model_state, triton_model_instance);
-  }
-  catch (const BackendModelInstanceException& ex) {
-    RETURN_ERROR_IF_TRUE(
-        ex.err_ == nullptr, TRITONSERVER_ERROR_INTERNAL,
-        std::string("unexpected nullptr in BackendModelInstanceException"));
-    RETURN_IF_ERROR(ex.err_);
-  }
-  return nullptr;  // success
-}
 
 // The shape of INPUT0 of 'request', after checking that INPUT1 has the same.
 TRITONSERVER_Error*
@@ -403,28 +227,28 @@ ModelInstanceState::RequestShape(
   const std::vector<int64_t> shape1(shapes[1], shapes[1] + dims_counts[1]);
   RETURN_ERROR_IF_FALSE(
       *shape == shape1, TRITONSERVER_ERROR_INVALID_ARG,
-      ModelPrefix(model_state_->Name()) + kInput0 + " has shape " +
+      ModelPrefix(Model()->Name()) + kInput0 + " has shape " +
           ShapeToString(*shape) + " but " + kInput1 + " has shape " +
           ShapeToString(shape1) + "; both inputs must have the same shape");
   return nullptr;  // success
 }
 
-void
+TRITONSERVER_Error*
 ModelInstanceState::ProcessRequests(
     TRITONBACKEND_Request** requests, const uint32_t request_count)
 {
   Timestamps times;
-  times.exec_start_ns = NowNs();
-  const bool batching = model_state_->MaxBatchSize() > 0;
+  SET_TIMESTAMP(times.exec_start_ns);
+  const bool batching = Model()->MaxBatchSize() > 0;
 
-  // One response per request. A request without a response (creation failed)
-  // cannot be answered; it is only released.
-  std::vector<TRITONBACKEND_Response*> responses(request_count, nullptr);
-  for (uint32_t r = 0; r < request_count; ++r) {
-    LOG_IF_ERROR(
-        TRITONBACKEND_ResponseNew(&responses[r], requests[r]),
-        "failed to create response");
-  }
+  // One response per request, or none at all and the error, which hands every
+  // request back to Triton (see TRITONBACKEND_ModelInstanceExecute).
+  std::vector<TRITONBACKEND_Response*> responses;
+  RETURN_IF_ERROR(NewPerRequest(
+      requests, request_count, TRITONBACKEND_ResponseNew,
+      TRITONBACKEND_ResponseDelete, &responses));
+  // From here on the requests are ours: whatever fails is sent in a response
+  // (which is then set to nullptr), and every request is released below.
 
   // Requests whose inputs are consistent form the batch; any other request
   // gets its error now. 'batch_shape' is the shape of the whole batch: the
@@ -433,13 +257,7 @@ ModelInstanceState::ProcessRequests(
   std::vector<TRITONBACKEND_Response*> batch_responses;
   std::vector<uint32_t> batch_index;  // position of each in 'requests'
   std::vector<int64_t> batch_shape;
-  batch_requests.reserve(request_count);
-  batch_responses.reserve(request_count);
-  batch_index.reserve(request_count);
   for (uint32_t r = 0; r < request_count; ++r) {
-    if (responses[r] == nullptr) {
-      continue;
-    }
     std::vector<int64_t> shape;
     TRITONSERVER_Error* err = RequestShape(requests[r], &shape);
     if (err == nullptr && !batch_requests.empty()) {
@@ -451,7 +269,7 @@ ModelInstanceState::ProcessRequests(
       if (!same_shape) {
         err = TRITONSERVER_ErrorNew(
             TRITONSERVER_ERROR_INVALID_ARG,
-            (ModelPrefix(model_state_->Name()) + "request shape " +
+            (ModelPrefix(Model()->Name()) + "request shape " +
              ShapeToString(shape) +
              " cannot join a batch of shape " + ShapeToString(batch_shape))
                 .c_str());
@@ -488,7 +306,7 @@ ModelInstanceState::ProcessRequests(
           "failed to send response");
     }
   }
-  times.exec_end_ns = NowNs();
+  SET_TIMESTAMP(times.exec_end_ns);
 
   const uint64_t executed_batch_size =
       batch_requests.empty() ? 0
@@ -502,6 +320,7 @@ ModelInstanceState::ProcessRequests(
             requests[r], TRITONSERVER_REQUEST_RELEASE_ALL),
         "failed to release request");
   }
+  return nullptr;  // success: every request is answered and released
 }
 
 // Gathers the inputs of 'requests' into one buffer per input, computes, and
@@ -540,7 +359,7 @@ ModelInstanceState::Execute(
 
   BackendInputCollector collector(
       requests->data(), count, responses,
-      model_state_->TritonMemoryManager(), model_state_->EnablePinnedInput(),
+      Model()->TritonMemoryManager(), Model()->EnablePinnedInput(),
       CudaStream(), nullptr /* event */, nullptr /* buffer_ready_event */,
       0 /* kernel_buffer_threshold */, HostPolicyName().c_str());
 
@@ -564,32 +383,13 @@ ModelInstanceState::Execute(
   // With GPU support, Finalize may have queued copies on the instance's
   // stream; GPU work below is queued behind them, host work must wait.
   const bool inputs_need_sync = collector.Finalize();
-  // The input bytes this execution copied: the collector gathers the inputs
-  // of several requests into one buffer, while one request's contiguous input
-  // is used in place. Logged at verbose level (tritonserver --log-verbose=1).
-  size_t copied_bytes = 0;
-  for (int i = 0; i < 2; ++i) {
-    if (count != 1 || !InPlace((*requests)[0], names[i], inputs[i])) {
-      copied_bytes += input_byte_sizes[i];
-    }
-  }
-{%- if cookiecutter.gpu %}
 #ifdef TRITON_ENABLE_GPU
-  if (inputs_need_sync && !on_gpu) {
+  if (inputs_need_sync{% if cookiecutter.gpu %} && !on_gpu{% endif %}) {
     cudaStreamSynchronize(CudaStream());
   }
 #else
   (void)inputs_need_sync;
 #endif  // TRITON_ENABLE_GPU
-{%- else %}
-#ifdef TRITON_ENABLE_GPU
-  if (inputs_need_sync) {
-    cudaStreamSynchronize(CudaStream());
-  }
-#else
-  (void)inputs_need_sync;
-#endif  // TRITON_ENABLE_GPU
-{%- endif %}
 
   const size_t element_count = input_byte_sizes[0] / sizeof(Element);
   Element* output0 = nullptr;
@@ -605,7 +405,7 @@ ModelInstanceState::Execute(
     RESPOND_ALL_AND_SET_TRUE_IF_ERROR(
         (*responses), count, failed,
         BackendMemory::Create(
-            model_state_->TritonMemoryManager(),
+            Model()->TritonMemoryManager(),
             {BackendMemory::AllocationType::GPU_POOL,
              BackendMemory::AllocationType::GPU},
             DeviceId(), 2 * element_count * sizeof(Element), &memory));
@@ -618,7 +418,7 @@ ModelInstanceState::Execute(
     output_memory_type = TRITONSERVER_MEMORY_GPU;
     output_memory_type_id = DeviceId();
 
-    times->compute_start_ns = NowNs();
+    SET_TIMESTAMP(times->compute_start_ns);
     // Device inputs are aligned: the collector allocated them, or they are a
     // client's CUDA shared memory used in place (aligned by that client).
     cudaError_t cuda_err = LaunchAddSub(
@@ -628,7 +428,7 @@ ModelInstanceState::Execute(
     if (cuda_err == cudaSuccess) {
       cuda_err = cudaStreamSynchronize(CudaStream());
     }
-    times->compute_end_ns = NowNs();
+    SET_TIMESTAMP(times->compute_end_ns);
     if (cuda_err != cudaSuccess) {
       SendErrorForResponses(
           responses, count,
@@ -645,33 +445,33 @@ ModelInstanceState::Execute(
     host_outputs_.resize(2 * element_count);
     output0 = host_outputs_.data();
     output1 = output0 + element_count;
-    const Element* input0 = AlignedInput(
-        inputs[0], element_count, &host_inputs_[0], &copied_bytes);
-    const Element* input1 = AlignedInput(
-        inputs[1], element_count, &host_inputs_[1], &copied_bytes);
-    times->compute_start_ns = NowNs();
+    const Element* input0 =
+        AlignedInput(inputs[0], element_count, &host_inputs_[0]);
+    const Element* input1 =
+        AlignedInput(inputs[1], element_count, &host_inputs_[1]);
+    SET_TIMESTAMP(times->compute_start_ns);
     AddSub(input0, input1, output0, output1, element_count);
-    times->compute_end_ns = NowNs();
+    SET_TIMESTAMP(times->compute_end_ns);
   }
 {%- else %}
   host_outputs_.resize(2 * element_count);
   output0 = host_outputs_.data();
   output1 = output0 + element_count;
-  const Element* input0 = AlignedInput(
-      inputs[0], element_count, &host_inputs_[0], &copied_bytes);
-  const Element* input1 = AlignedInput(
-      inputs[1], element_count, &host_inputs_[1], &copied_bytes);
+  const Element* input0 =
+      AlignedInput(inputs[0], element_count, &host_inputs_[0]);
+  const Element* input1 =
+      AlignedInput(inputs[1], element_count, &host_inputs_[1]);
 
-  times->compute_start_ns = NowNs();
+  SET_TIMESTAMP(times->compute_start_ns);
   AddSub(input0, input1, output0, output1, element_count);
-  times->compute_end_ns = NowNs();
+  SET_TIMESTAMP(times->compute_end_ns);
 {%- endif %}
 
   // Scatter each output back to the requests, in the order they were batched.
   BackendOutputResponder responder(
       requests->data(), count, responses,
-      model_state_->TritonMemoryManager(), model_state_->MaxBatchSize() > 0,
-      model_state_->EnablePinnedOutput(), CudaStream());
+      Model()->TritonMemoryManager(), Model()->MaxBatchSize() > 0,
+      Model()->EnablePinnedOutput(), CudaStream());
   std::vector<int64_t> shape = batch_shape;
   responder.ProcessTensor(
       kOutput0, kDataType, shape, reinterpret_cast<const char*>(output0),
@@ -688,14 +488,6 @@ ModelInstanceState::Execute(
 #else
   (void)outputs_need_sync;
 #endif  // TRITON_ENABLE_GPU
-  if (TRITONSERVER_LogIsEnabled(TRITONSERVER_LOG_VERBOSE)) {
-    LOG_MESSAGE(
-        TRITONSERVER_LOG_VERBOSE,
-        (ModelPrefix(model_state_->Name()) + "executed " +
-         std::to_string(count) + " request(s), copied " +
-         std::to_string(copied_bytes) + " input bytes")
-            .c_str());
-  }
 }
 
 void
@@ -726,102 +518,5 @@ ModelInstanceState::ReportStatistics(
 #endif  // TRITON_ENABLE_STATS
 }
 
-extern "C" {
-
-// Called once when Triton loads the backend library.
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend)
-{
-  const char* name;
-  RETURN_IF_ERROR(TRITONBACKEND_BackendName(backend, &name));
-
-  uint32_t api_major;
-  uint32_t api_minor;
-  RETURN_IF_ERROR(TRITONBACKEND_ApiVersion(&api_major, &api_minor));
-  if (api_major != TRITONBACKEND_API_VERSION_MAJOR ||
-      api_minor < TRITONBACKEND_API_VERSION_MINOR) {
-    return TRITONSERVER_ErrorNew(
-        TRITONSERVER_ERROR_UNSUPPORTED,
-        (std::string("backend '") + name + "' was built for backend API " +
-         std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
-         std::to_string(TRITONBACKEND_API_VERSION_MINOR) +
-         " but this server provides " + std::to_string(api_major) + "." +
-         std::to_string(api_minor) +
-         "; rebuild the backend against the server's release")
-            .c_str());
-  }
-  LOG_MESSAGE(
-      TRITONSERVER_LOG_INFO,
-      (std::string("backend '") + name + "' initialized (backend API " +
-       std::to_string(api_major) + "." + std::to_string(api_minor) + ")")
-          .c_str());
-  return nullptr;  // success
-}
-
-// Called when a model of this backend is loaded: validates its configuration.
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model)
-{
-  ModelState* model_state;
-  RETURN_IF_ERROR(ModelState::Create(model, &model_state));
-  std::unique_ptr<ModelState> owner(model_state);
-  RETURN_IF_ERROR(
-      TRITONBACKEND_ModelSetState(model, reinterpret_cast<void*>(model_state)));
-  owner.release();
-  return nullptr;  // success
-}
-
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model)
-{
-  void* vstate;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vstate));
-  delete reinterpret_cast<ModelState*>(vstate);
-  return nullptr;  // success
-}
-
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance)
-{
-  TRITONBACKEND_Model* model;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(instance, &model));
-  void* vmodelstate;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vmodelstate));
-
-  ModelInstanceState* instance_state;
-  RETURN_IF_ERROR(ModelInstanceState::Create(
-      reinterpret_cast<ModelState*>(vmodelstate), instance, &instance_state));
-  std::unique_ptr<ModelInstanceState> owner(instance_state);
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceSetState(
-      instance, reinterpret_cast<void*>(instance_state)));
-  owner.release();
-  return nullptr;  // success
-}
-
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance)
-{
-  void* vstate;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &vstate));
-  delete reinterpret_cast<ModelInstanceState*>(vstate);
-  return nullptr;  // success
-}
-
-// Called with a batch of requests for one instance. The backend owns the
-// requests from here on: each gets a response and is released, so this always
-// returns success; per-request failures travel in the responses.
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInstanceExecute(
-    TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests,
-    const uint32_t request_count)
-{
-  void* vstate;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &vstate));
-  reinterpret_cast<ModelInstanceState*>(vstate)->ProcessRequests(
-      requests, request_count);
-  return nullptr;  // success
-}
-
-}  // extern "C"
-
+{% include "backend_api.cc.j2" %}
 }}}  // namespace triton::backend::{{ cookiecutter.backend_name }}

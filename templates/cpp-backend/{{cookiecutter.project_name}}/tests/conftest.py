@@ -21,42 +21,7 @@ import reference  # noqa: E402  (the project's numpy reference)
 
 MODEL_NAME = "{{ cookiecutter.model_name }}"
 
-try:
-    from triton_backend_gen.testing import triton_server  # noqa: F401  (starts Triton for this project)
-except ImportError:
-
-    class _ServerAt:
-        """A server that is already running, at TRITON_HTTP_URL / TRITON_GRPC_URL."""
-
-        http_url = os.environ.get("TRITON_HTTP_URL", "localhost:8000")
-        grpc_url = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
-
-        def __init__(self):
-            self._clients = []
-
-        def http_client(self, **options):
-            import tritonclient.http as module
-
-            self._clients.append(module.InferenceServerClient(self.http_url, **options))
-            return self._clients[-1]
-
-        def grpc_client(self, **options):
-            import tritonclient.grpc as module
-
-            self._clients.append(module.InferenceServerClient(self.grpc_url, **options))
-            return self._clients[-1]
-
-        def close(self):
-            for client in self._clients:
-                client.close()
-
-    @pytest.fixture(scope="session")
-    def triton_server():
-        """The running server (tbgen is not installed, so nothing starts one here)."""
-        server = _ServerAt()
-        yield server
-        server.close()
-
+{% include "conftest_server.py.j2" %}
 
 def _ready_client(client, url: str, variable: str):
     try:

@@ -12,18 +12,21 @@
 //   OUT   INT32  [1]   IN[i]
 //   IDX   UINT32 [1]   i
 //
-// Threading: TRITONBACKEND_ModelInstanceExecute only validates each request,
-// copies its inputs and hands it to a worker thread of its own, so the
-// instance takes the next request while earlier ones are still streaming.
-// The instance waits for (joins) its workers when it is destroyed. Triton keeps
-// a model loaded while a response factory of it exists, so streams normally
-// end first; a worker still sleeping is woken and ends its stream with an
-// UNAVAILABLE error.
+// Threading: TRITONBACKEND_ModelInstanceExecute only creates each request's
+// response factory, validates the request, copies its inputs and hands it to
+// a worker thread of its own, so the instance takes the next request while
+// earlier ones are still streaming. The instance waits for (joins) its workers
+// when it is destroyed. Triton keeps a model loaded while a response factory
+// of it exists, so streams normally end first; a worker still sleeping is
+// woken and ends its stream with an UNAVAILABLE error.
 //
-// Ownership: requests, response factories, responses and errors are held by
-// RAII owners below, so no early return leaks one, every request gets exactly
-// one final flag, and every error is sent to the request it concerns.
+// Ownership: when a response factory cannot be created, execute returns the
+// error and Triton answers and releases every request of the call. Otherwise
+// requests, response factories, responses and errors are held by RAII owners
+// below, so no early return leaks one, every request gets exactly one final
+// flag, and every error is sent to the request it concerns.
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -83,26 +86,6 @@ using ResponsePtr = std::unique_ptr<TRITONBACKEND_Response, ResponseDeleter>;
 using ResponseFactoryPtr =
     std::unique_ptr<TRITONBACKEND_ResponseFactory, ResponseFactoryDeleter>;
 
-// Send one error response, flagged final, to a request that has no response
-// factory yet. Takes ownership of 'error'.
-void
-SendErrorResponse(TRITONBACKEND_Request* request, TRITONSERVER_Error* error)
-{
-  ErrorPtr owned(error);
-  TRITONBACKEND_Response* response = nullptr;
-  TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
-  if (err != nullptr) {
-    LOG_IF_ERROR(err, "failed creating error response");
-    return;
-  }
-  // TRITONBACKEND_ResponseSend takes the response even when it fails; the
-  // error stays ours and is deleted by 'owned'.
-  LOG_IF_ERROR(
-      TRITONBACKEND_ResponseSend(
-          response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, owned.get()),
-      "failed sending error response");
-}
-
 // Create output 'name' of shape [1] in 'response' and copy one value into it.
 TRITONSERVER_Error*
 SetScalarOutput(
@@ -137,13 +120,9 @@ SetScalarOutput(
 //
 class ResponseStream {
  public:
-  static TRITONSERVER_Error* Create(
-      TRITONBACKEND_Request* request, std::unique_ptr<ResponseStream>* stream)
+  explicit ResponseStream(TRITONBACKEND_ResponseFactory* factory)
+      : factory_(factory)
   {
-    TRITONBACKEND_ResponseFactory* factory = nullptr;
-    RETURN_IF_ERROR(TRITONBACKEND_ResponseFactoryNew(&factory, request));
-    stream->reset(new ResponseStream(ResponseFactoryPtr(factory)));
-    return nullptr;  // success
   }
 
   ~ResponseStream()
@@ -212,11 +191,6 @@ class ResponseStream {
   }
 
  private:
-  explicit ResponseStream(ResponseFactoryPtr factory)
-      : factory_(std::move(factory))
-  {
-  }
-
   ResponseFactoryPtr factory_;
   bool closed_ = false;
 };
@@ -281,108 +255,8 @@ ReadRequest(TRITONBACKEND_Request* request, StreamJob* job)
   return nullptr;  // success
 }
 
-//
-// ModelState
-//
-// State associated with a model that is using this backend. An object of this
-// class is created and associated with each TRITONBACKEND_Model.
-//
-class ModelState : public BackendModel {
- public:
-  static TRITONSERVER_Error* Create(
-      TRITONBACKEND_Model* triton_model, ModelState** state);
-  virtual ~ModelState() = default;
-
-  // Check that the configuration has the decoupled "repeat" interface. Each
-  // message names the field at fault.
-  TRITONSERVER_Error* ValidateModelConfig();
-
- private:
-  explicit ModelState(TRITONBACKEND_Model* triton_model)
-      : BackendModel(triton_model)
-  {
-  }
-};
-
-TRITONSERVER_Error*
-ModelState::Create(TRITONBACKEND_Model* triton_model, ModelState** state)
-{
-  try {
-    *state = new ModelState(triton_model);
-  }
-  catch (const BackendModelException& ex) {
-    RETURN_ERROR_IF_TRUE(
-        ex.err_ == nullptr, TRITONSERVER_ERROR_INTERNAL,
-        std::string("unexpected nullptr in BackendModelException"));
-    RETURN_IF_ERROR(ex.err_);
-  }
-  return nullptr;  // success
-}
-
-namespace {
-
-struct TensorSpec {
-  std::string name;
-  std::string data_type;
-  std::vector<int64_t> dims;
-};
-
-// Check that config[field] ("input" or "output") holds exactly the tensors of
-// 'expected', with their data types and dims.
-TRITONSERVER_Error*
-ValidateTensors(
-    common::TritonJson::Value& config, const char* field,
-    const std::vector<TensorSpec>& expected)
-{
-  std::string expected_names;
-  for (const auto& spec : expected) {
-    expected_names += (expected_names.empty() ? "" : ", ") + spec.name;
-  }
-
-  common::TritonJson::Value tensors;
-  RETURN_IF_ERROR(config.MemberAsArray(field, &tensors));
-  RETURN_ERROR_IF_FALSE(
-      tensors.ArraySize() == expected.size(), TRITONSERVER_ERROR_INVALID_ARG,
-      std::string(field) + ": expected " + std::to_string(expected.size()) +
-          " tensors (" + expected_names + "), got " +
-          std::to_string(tensors.ArraySize()));
-
-  for (size_t i = 0; i < tensors.ArraySize(); ++i) {
-    common::TritonJson::Value io;
-    RETURN_IF_ERROR(tensors.IndexAsObject(i, &io));
-    std::string name;
-    RETURN_IF_ERROR(io.MemberAsString("name", &name));
-
-    const TensorSpec* spec = nullptr;
-    for (const auto& candidate : expected) {
-      if (candidate.name == name) {
-        spec = &candidate;
-      }
-    }
-    RETURN_ERROR_IF_TRUE(
-        spec == nullptr, TRITONSERVER_ERROR_INVALID_ARG,
-        std::string(field) + " '" + name + "': unexpected name, expected " +
-            expected_names);
-
-    std::string data_type;
-    RETURN_IF_ERROR(io.MemberAsString("data_type", &data_type));
-    RETURN_ERROR_IF_FALSE(
-        data_type == spec->data_type, TRITONSERVER_ERROR_INVALID_ARG,
-        std::string(field) + " '" + name + "': data_type must be " +
-            spec->data_type + ", got " + data_type);
-
-    std::vector<int64_t> dims;
-    RETURN_IF_ERROR(ParseShape(io, "dims", &dims));
-    RETURN_ERROR_IF_FALSE(
-        dims == spec->dims, TRITONSERVER_ERROR_INVALID_ARG,
-        std::string(field) + " '" + name + "': dims must be " +
-            ShapeToString(spec->dims) + ", got " + ShapeToString(dims));
-  }
-  return nullptr;  // success
-}
-
-}  // namespace
-
+{% include "backend_helpers.cc.j2" %}
+// The configuration must have the decoupled "repeat" interface.
 TRITONSERVER_Error*
 ModelState::ValidateModelConfig()
 {
@@ -399,27 +273,20 @@ ModelState::ValidateModelConfig()
   }
   RETURN_ERROR_IF_FALSE(
       decoupled, TRITONSERVER_ERROR_INVALID_ARG,
-      std::string("model_transaction_policy.decoupled must be true for "
-                  "model '") +
-          Name() + "'");
-
+      ModelPrefix(Name()) + "model_transaction_policy.decoupled must be true");
   RETURN_ERROR_IF_FALSE(
       MaxBatchSize() == 0, TRITONSERVER_ERROR_INVALID_ARG,
-      std::string("max_batch_size must be 0 for model '") + Name() +
-          "', got " + std::to_string(MaxBatchSize()));
+      ModelPrefix(Name()) + "max_batch_size must be 0, got " +
+          std::to_string(MaxBatchSize()));
 
-  // Change these lists together with the config.pbtxt when your model takes
-  // other tensors.
-  RETURN_IF_ERROR(ValidateTensors(
-      config, "input",
-      {TensorSpec{"IN", "TYPE_INT32", {-1}},
-       TensorSpec{"DELAY", "TYPE_UINT32", {-1}},
-       TensorSpec{"WAIT", "TYPE_UINT32", {1}}}));
-  RETURN_IF_ERROR(ValidateTensors(
-      config, "output",
-      {TensorSpec{"OUT", "TYPE_INT32", {1}},
-       TensorSpec{"IDX", "TYPE_UINT32", {1}}}));
-  return nullptr;  // success
+  // Change these tables together with config.pbtxt when your tensors change.
+  const std::vector<TensorSpec> inputs = {
+      {"IN", "TYPE_INT32", {-1}},
+      {"DELAY", "TYPE_UINT32", {-1}},
+      {"WAIT", "TYPE_UINT32", {1}}};
+  const std::vector<TensorSpec> outputs = {
+      {"OUT", "TYPE_INT32", {1}}, {"IDX", "TYPE_UINT32", {1}}};
+  return ValidateTensors(this, inputs, outputs);
 }
 
 //
@@ -430,25 +297,16 @@ ModelState::ValidateModelConfig()
 //
 class ModelInstanceState : public BackendModelInstance {
  public:
-  static TRITONSERVER_Error* Create(
-      ModelState* model_state,
-      TRITONBACKEND_ModelInstance* triton_model_instance,
-      ModelInstanceState** state);
+  using BackendModelInstance::BackendModelInstance;
   // Stops the workers (their sleeps end at once) and joins them.
   virtual ~ModelInstanceState();
 
-  // Take ownership of each request and start streaming its responses.
-  void ProcessRequests(
+  // Take ownership of each request and start streaming its responses (see
+  // TRITONBACKEND_ModelInstanceExecute for the error contract).
+  TRITONSERVER_Error* ProcessRequests(
       TRITONBACKEND_Request** requests, const uint32_t request_count);
 
  private:
-  ModelInstanceState(
-      ModelState* model_state,
-      TRITONBACKEND_ModelInstance* triton_model_instance)
-      : BackendModelInstance(model_state, triton_model_instance)
-  {
-  }
-
   // Runs on a worker thread: the whole response stream of one request. Takes
   // the job so that its response factory, which keeps the model loaded, is
   // deleted as soon as the stream ends.
@@ -475,23 +333,6 @@ class ModelInstanceState : public BackendModelInstance {
   // (Triton never runs it concurrently for one instance) and the destructor.
   std::list<std::future<void>> workers_;
 };
-
-TRITONSERVER_Error*
-ModelInstanceState::Create(
-    ModelState* model_state, TRITONBACKEND_ModelInstance* triton_model_instance,
-    ModelInstanceState** state)
-{
-  try {
-    *state = new ModelInstanceState(model_state, triton_model_instance);
-  }
-  catch (const BackendModelInstanceException& ex) {
-    RETURN_ERROR_IF_TRUE(
-        ex.err_ == nullptr, TRITONSERVER_ERROR_INTERNAL,
-        std::string("unexpected nullptr in BackendModelInstanceException"));
-    RETURN_IF_ERROR(ex.err_);
-  }
-  return nullptr;  // success
-}
 
 ModelInstanceState::~ModelInstanceState()
 {
@@ -521,31 +362,35 @@ ModelInstanceState::ReapFinishedWorkers()
   });
 }
 
-void
+TRITONSERVER_Error*
 ModelInstanceState::ProcessRequests(
     TRITONBACKEND_Request** requests, const uint32_t request_count)
 {
   uint64_t exec_start_ns = 0;
   SET_TIMESTAMP(exec_start_ns);
+
+  // One response factory per request, or none at all and the error, which
+  // hands every request back to Triton (see TRITONBACKEND_ModelInstanceExecute).
+  std::vector<TRITONBACKEND_ResponseFactory*> factories;
+  RETURN_IF_ERROR(NewPerRequest(
+      requests, request_count, TRITONBACKEND_ResponseFactoryNew,
+      TRITONBACKEND_ResponseFactoryDelete, &factories));
+  // From here on the requests are ours: each stream ends with a final flag
+  // (an error travels in its final response), and each request is released.
   ReapFinishedWorkers();
-
   for (uint32_t r = 0; r < request_count; ++r) {
-    RequestPtr request(requests[r]);  // released on every early exit
     auto job = std::make_shared<StreamJob>();
+    job->request.reset(requests[r]);
+    job->stream.reset(new ResponseStream(factories[r]));
     job->exec_start_ns = exec_start_ns;
+    job->compute_start_ns = exec_start_ns;
 
-    TRITONSERVER_Error* err = ReadRequest(request.get(), job.get());
-    if (err == nullptr) {
-      err = ResponseStream::Create(request.get(), &job->stream);
-    }
+    TRITONSERVER_Error* err = ReadRequest(job->request.get(), job.get());
     if (err != nullptr) {
-      SendErrorResponse(request.get(), err);
-      ReportRequestStatistics(
-          request.get(), false /* success */, exec_start_ns, exec_start_ns);
+      job->stream->Close(err);
+      ReleaseRequest(*job, false /* success */);
       continue;
     }
-    job->request = std::move(request);
-
     try {
       workers_.push_back(
           std::async(std::launch::async, [this, job]() mutable {
@@ -553,11 +398,11 @@ ModelInstanceState::ProcessRequests(
           }));
     }
     catch (const std::system_error& ex) {
-      // No thread for this request: end its stream with the reason. The
-      // request is released when 'job' goes out of scope.
+      // No thread for this request: end its stream with the reason.
       job->stream->Close(TRITONSERVER_ErrorNew(
           TRITONSERVER_ERROR_UNAVAILABLE,
           (std::string("cannot start a worker thread: ") + ex.what()).c_str()));
+      ReleaseRequest(*job, false /* success */);
     }
   }
 
@@ -572,6 +417,7 @@ ModelInstanceState::ProcessRequests(
           exec_end_ns, exec_end_ns),
       "failed reporting batch statistics");
 #endif  // TRITON_ENABLE_STATS
+  return nullptr;  // success: the requests are the workers' now
 }
 
 void
@@ -631,8 +477,9 @@ ModelInstanceState::Stream(std::shared_ptr<StreamJob> shared_job)
 
 void
 ModelInstanceState::ReportRequestStatistics(
-    TRITONBACKEND_Request* request, bool success, uint64_t exec_start_ns,
-    uint64_t compute_start_ns)
+    [[maybe_unused]] TRITONBACKEND_Request* request,
+    [[maybe_unused]] bool success, [[maybe_unused]] uint64_t exec_start_ns,
+    [[maybe_unused]] uint64_t compute_start_ns)
 {
 #ifdef TRITON_ENABLE_STATS
   uint64_t now_ns = 0;
@@ -642,11 +489,6 @@ ModelInstanceState::ReportRequestStatistics(
           TritonModelInstance(), request, success, exec_start_ns,
           compute_start_ns, now_ns, now_ns),
       "failed reporting request statistics");
-#else
-  (void)request;
-  (void)success;
-  (void)exec_start_ns;
-  (void)compute_start_ns;
 #endif  // TRITON_ENABLE_STATS
 }
 
@@ -658,121 +500,5 @@ ModelInstanceState::ReleaseRequest(StreamJob& job, bool success)
   job.request.reset();
 }
 
-}}}  // namespace triton::backend::{{ cookiecutter.backend_name }}
-
-//
-// The backend API: the functions Triton calls. Only TRITONBACKEND_* symbols are
-// exported (see the version script next to this file).
-//
-namespace triton { namespace backend { namespace {{ cookiecutter.backend_name }} {
-
-extern "C" {
-
-// Called once when the backend is loaded; checks that the server speaks a
-// backend API this backend was built for.
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend)
-{
-  const char* cname = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_BackendName(backend, &cname));
-  const std::string name(cname);
-
-  uint32_t api_version_major = 0;
-  uint32_t api_version_minor = 0;
-  RETURN_IF_ERROR(
-      TRITONBACKEND_ApiVersion(&api_version_major, &api_version_minor));
-  LOG_MESSAGE(
-      TRITONSERVER_LOG_INFO,
-      (std::string("TRITONBACKEND_Initialize: ") + name + ", Triton backend "
-       "API version " + std::to_string(api_version_major) + "." +
-       std::to_string(api_version_minor) + ", built for " +
-       std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
-       std::to_string(TRITONBACKEND_API_VERSION_MINOR))
-          .c_str());
-
-  if ((api_version_major != TRITONBACKEND_API_VERSION_MAJOR) ||
-      (api_version_minor < TRITONBACKEND_API_VERSION_MINOR)) {
-    return TRITONSERVER_ErrorNew(
-        TRITONSERVER_ERROR_UNSUPPORTED,
-        (std::string("backend '") + name + "' was built for Triton backend " +
-         "API " + std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
-         std::to_string(TRITONBACKEND_API_VERSION_MINOR) +
-         " or a later minor version, but the server provides " +
-         std::to_string(api_version_major) + "." +
-         std::to_string(api_version_minor))
-            .c_str());
-  }
-  return nullptr;  // success
-}
-
-// Called for each model that uses this backend: create and validate its state.
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model)
-{
-  ModelState* model_state = nullptr;
-  RETURN_IF_ERROR(ModelState::Create(model, &model_state));
-  std::unique_ptr<ModelState> owned(model_state);
-  RETURN_IF_ERROR(owned->ValidateModelConfig());
-  RETURN_IF_ERROR(
-      TRITONBACKEND_ModelSetState(model, reinterpret_cast<void*>(owned.get())));
-  owned.release();  // Triton holds it until TRITONBACKEND_ModelFinalize
-  return nullptr;   // success
-}
-
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model)
-{
-  void* vstate = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vstate));
-  delete reinterpret_cast<ModelState*>(vstate);
-  return nullptr;  // success
-}
-
-// Called for each instance of a model (instance_group in config.pbtxt).
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance)
-{
-  TRITONBACKEND_Model* model = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceModel(instance, &model));
-  void* vmodelstate = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelState(model, &vmodelstate));
-  ModelState* model_state = reinterpret_cast<ModelState*>(vmodelstate);
-
-  ModelInstanceState* instance_state = nullptr;
-  RETURN_IF_ERROR(
-      ModelInstanceState::Create(model_state, instance, &instance_state));
-  std::unique_ptr<ModelInstanceState> owned(instance_state);
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceSetState(
-      instance, reinterpret_cast<void*>(owned.get())));
-  owned.release();  // Triton holds it until TRITONBACKEND_ModelInstanceFinalize
-  return nullptr;   // success
-}
-
-// Joins the instance's workers (see ~ModelInstanceState).
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance)
-{
-  void* vstate = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &vstate));
-  delete reinterpret_cast<ModelInstanceState*>(vstate);
-  return nullptr;  // success
-}
-
-// Takes ownership of every request and returns at once: each request streams
-// its responses from a worker thread. Always returns success, because errors
-// are sent to the requests they concern.
-TRITONBACKEND_ISPEC TRITONSERVER_Error*
-TRITONBACKEND_ModelInstanceExecute(
-    TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests,
-    const uint32_t request_count)
-{
-  void* vstate = nullptr;
-  RETURN_IF_ERROR(TRITONBACKEND_ModelInstanceState(instance, &vstate));
-  reinterpret_cast<ModelInstanceState*>(vstate)->ProcessRequests(
-      requests, request_count);
-  return nullptr;  // success
-}
-
-}  // extern "C"
-
+{% include "backend_api.cc.j2" %}
 }}}  // namespace triton::backend::{{ cookiecutter.backend_name }}

@@ -20,34 +20,7 @@ MODEL_NAME = "{{ cookiecutter.model_name }}"
 # reference.py sits at the project's root.
 sys.path.insert(0, str(PROJECT_DIR))
 
-try:
-    from triton_backend_gen.testing import triton_server  # noqa: F401  (starts Triton for this project)
-except ImportError:
-
-    class _ServerAt:
-        """A server that is already running, at TRITON_GRPC_URL."""
-
-        grpc_url = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
-
-        def __init__(self):
-            self._clients = []
-
-        def grpc_client(self, **options):
-            module = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
-            self._clients.append(module.InferenceServerClient(self.grpc_url, **options))
-            return self._clients[-1]
-
-        def close(self):
-            for client in self._clients:
-                client.close()
-
-    @pytest.fixture(scope="session")
-    def triton_server():
-        """The running server (tbgen is not installed, so nothing starts one here)."""
-        server = _ServerAt()
-        yield server
-        server.close()
-
+{% include "conftest_server.py.j2" %}
 
 @pytest.fixture(scope="session")
 def grpcclient():

@@ -19,41 +19,7 @@ import pytest
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = "{{ cookiecutter.model_name }}"
 
-try:
-    from triton_backend_gen.testing import triton_server  # noqa: F401  (starts Triton for this project)
-except ImportError:
-
-    class _ServerAt:
-        """A server that is already running, at TRITON_HTTP_URL / TRITON_GRPC_URL."""
-
-        http_url = os.environ.get("TRITON_HTTP_URL", "localhost:8000")
-        grpc_url = os.environ.get("TRITON_GRPC_URL", "localhost:8001")
-
-        def __init__(self):
-            self._clients = []
-
-        def http_client(self, **options):
-            return self._client("http", self.http_url, options)
-
-        def grpc_client(self, **options):
-            return self._client("grpc", self.grpc_url, options)
-
-        def _client(self, protocol, url, options):
-            module = pytest.importorskip(f"tritonclient.{protocol}", reason="pip install 'tritonclient[all]'")
-            self._clients.append(module.InferenceServerClient(url, **options))
-            return self._clients[-1]
-
-        def close(self):
-            for client in self._clients:
-                client.close()
-
-    @pytest.fixture(scope="session")
-    def triton_server():
-        """The running server (tbgen is not installed, so nothing starts one here)."""
-        server = _ServerAt()
-        yield server
-        server.close()
-
+{% include "conftest_server.py.j2" %}
 
 @pytest.fixture(scope="session")
 def reference() -> ModuleType:

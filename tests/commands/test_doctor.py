@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from triton_backend_gen import doctor, versions
+from triton_backend_gen import versions
 from triton_backend_gen.cli import app
+from triton_backend_gen.commands import doctor
+from triton_backend_gen.project import load_project
 from triton_backend_gen.toolchain import build, cmake
 
 OLD = versions.resolve("24.10")  # asks CMake >= 3.18
@@ -48,7 +50,7 @@ def by_name(diagnoses: list[doctor.Diagnosis]) -> dict[str, doctor.Diagnosis]:
 
 
 def test_missing_tools_fail_or_warn_with_their_fix(empty_path):
-    found = by_name(doctor.diagnose(release=OLD))
+    found = by_name(doctor.diagnose(triton_version=OLD.container))
     assert found["cmake"].status == doctor.FAIL and found["cmake"].fix == "pip install 'cmake>=3.18'"
     assert found["C++17 compiler"].status == doctor.FAIL and "g++" in found["C++17 compiler"].fix
     assert found["ninja"].status == doctor.WARN and found["ninja"].fix == "pip install ninja"
@@ -96,8 +98,8 @@ def test_no_server_fails_with_the_fix(empty_path, tmp_path):
 
 
 def test_a_server_of_another_release_warns():
+    from triton_backend_gen.discovery import find_tritonserver
     from triton_backend_gen.errors import ServerError
-    from triton_backend_gen.runtime.discovery import find_tritonserver
 
     try:
         server = find_tritonserver()
@@ -112,12 +114,12 @@ def test_a_server_of_another_release_warns():
 
 def test_real_toolchain_is_ok(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # no project here
-    found = by_name(doctor.diagnose(release=OLD))
+    found = by_name(doctor.diagnose(triton_version=OLD.container))
     if shutil.which(cmake.cmake_executable()) is None:
         pytest.skip("no cmake on this machine")
     assert found["cmake"].status == doctor.OK
     assert found["C++17 compiler"].status == doctor.OK
-    assert (found["ninja"].status == doctor.OK) == (cmake._on_path("ninja") is not None)
+    assert (found["ninja"].status == doctor.OK) == (cmake.tool_on_path("ninja") is not None)
     assert (found["rapidjson"].status == doctor.OK) == any(
         (prefix / doctor.RAPIDJSON_HEADER).is_file() for prefix in doctor.RAPIDJSON_PREFIXES)
     nvcc = shutil.which("nvcc")
@@ -143,5 +145,8 @@ def test_doctor_takes_the_release_of_the_project_in_the_current_directory(tmp_pa
     project = render_new_project("python-backend", tmp_path / "proj", {"triton_version": "24.10"})
     monkeypatch.chdir(project)
     monkeypatch.setenv("TBGEN_CACHE_DIR", str(tmp_path / "cache"))
-    names = {d.name for d in doctor.diagnose()}
-    assert "Triton sources r24.10" in names
+    found = by_name(doctor.diagnose(project=load_project(project)))
+    assert "Triton sources r24.10" in found
+    assert found["project"].status == doctor.OK and "python-backend" in found["project"].found
+    result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "250"})  # the CLI reads the project here
+    assert "Triton sources r24.10" in result.output and "python-backend" in result.output

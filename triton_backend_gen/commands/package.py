@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from triton_backend_gen import versions
+from triton_backend_gen.engine import LABEL, PROJECT_LABEL, connect, default_image, ensure_image
 from triton_backend_gen.errors import ServerError
-from triton_backend_gen.project import Project, load_project
+from triton_backend_gen.project import Project
+from triton_backend_gen.toolchain.sources import cached_sources
 
 DOCKERFILE = "Dockerfile"
 DOCKERIGNORE = ".dockerignore"
@@ -76,11 +77,9 @@ def context_files(project_root: Path) -> Iterator[tuple[Path, Path]]:
 
 def vendored_sources(project: Project) -> Iterator[tuple[Path, Path]]:
     """Triton's cached sources for the project's release, as third_party/triton/<repo>/... (no .git)."""
-    from triton_backend_gen.toolchain.sources import cached_sources
-
-    if project.language != "cpp" or (project.root / VENDORED / "core").is_dir():
+    if not project.is_cpp or (project.root / VENDORED / "core").is_dir():
         return
-    sources = cached_sources(versions.resolve(project.triton_version).branch)
+    sources = cached_sources(project.release.branch)
     if sources is None:
         return
     for repo in ("core", "common", "backend", "googletest"):
@@ -102,12 +101,9 @@ def build_context(project: Project) -> tuple[io.BytesIO, bool]:
     return buffer, bool(vendored)
 
 
-def package_project(path: Path, *, tag: str | None = None, base_image: str | None = None,
+def package_project(project: Project, *, tag: str | None = None, base_image: str | None = None,
                     progress: Callable[[str], None] = lambda line: None) -> PackageResult:
     """Build the project's Dockerfile into the image ``tag`` (default: ``<project>:latest``)."""
-    from triton_backend_gen.runtime.container import LABEL, PROJECT_LABEL, connect, ensure_image
-
-    project = load_project(path)
     if not (project.root / DOCKERFILE).is_file():
         raise ServerError(f"{project.root / DOCKERFILE} does not exist.",
                           "Restore it from the template: tbgen new --force with the project's answers.")
@@ -116,7 +112,7 @@ def package_project(path: Path, *, tag: str | None = None, base_image: str | Non
     if base_image:
         ensure_image(client, base_image)
     context, offline = build_context(project)
-    log_file = project.root / "build" / "tbgen" / LOG_NAME
+    log_file = project.runtime_dir / LOG_NAME
     log_file.parent.mkdir(parents=True, exist_ok=True)
     image_id, errors = "", []
     with log_file.open("w") as log:
@@ -139,14 +135,10 @@ def package_project(path: Path, *, tag: str | None = None, base_image: str | Non
     if errors:
         hint = f"Full log: {log_file}"
         if not base_image:
-            hint += f". The base image must be on the engine (docker pull {_base_of(project)}) or given with --base-image."
+            hint += (f". The base image must be on the engine (docker pull {default_image(project.release)}) or "
+                     "given with --base-image.")
         raise ServerError(f"docker build of {project.root} failed: {errors[-1]}", hint)
     if not image_id:
         image_id = client.images.get(tag).id
     return PackageResult(tag, image_id, log_file, offline)
 
-
-def _base_of(project: Project) -> str:
-    from triton_backend_gen.runtime.container import default_image
-
-    return default_image(project.triton_version)

@@ -16,8 +16,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
+from docker.errors import DockerException, ImageNotFound
+
 from triton_backend_gen import versions
+from triton_backend_gen.discovery import SERVER_EXTRA_HINT, SOURCE_EXPLICIT, discover_servers
+from triton_backend_gen.engine import default_image, tbgen_containers
 from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.project import Project
+from triton_backend_gen.scaffold import get_template
+from triton_backend_gen.toolchain.build import find_nvcc, parse_nvcc_version
+from triton_backend_gen.toolchain.cmake import cmake_executable, googletest_sources, tool_on_path
+from triton_backend_gen.toolchain.sources import cached_sources, missing_repositories, sources_dir
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 RAPIDJSON_HEADER = "rapidjson/document.h"
@@ -57,11 +67,13 @@ class Diagnosis:
         return self.required and self.status == FAIL
 
 
-def diagnose(server: Path | None = None, release: versions.Release | str | None = None) -> list[Diagnosis]:
-    """Check everything tbgen needs for ``release`` (default: the project's in the current directory, else the
+def diagnose(server: Path | None = None, project: Project | None = None,
+             triton_version: str | None = None) -> list[Diagnosis]:
+    """Check everything tbgen needs for the release ``triton_version`` names (default: ``project``'s, else the
     newest); ``server`` is an explicit tritonserver, as for `tbgen serve --server`."""
-    target, chosen = _target_release(release)
+    target, chosen = versions.target_release(triton_version, project.release if project is not None else None)
     return [
+        *([check_project(project)] if project is not None else []),
         check_cmake(target),
         check_compiler(),
         check_ninja(),
@@ -74,18 +86,21 @@ def diagnose(server: Path | None = None, release: versions.Release | str | None 
     ]
 
 
-def _target_release(release: versions.Release | str | None) -> tuple[versions.Release, bool]:
-    if isinstance(release, versions.Release):
-        return release, True
-    from triton_backend_gen.toolchain.sources import target_release
-
-    return target_release(release)
-
-
 # --- the checks ---------------------------------------------------------------------------------------------
-def check_cmake(release: versions.Release) -> Diagnosis:
-    from triton_backend_gen.toolchain.cmake import cmake_executable
+def check_project(project: Project) -> Diagnosis:
+    """The project's template and release, against the template tbgen now ships."""
+    found = f"{project.name}: {project.template} {project.template_version}, Triton {project.release.container}"
+    try:
+        shipped = get_template(project.template).version
+    except TbgenError:
+        return Diagnosis("project", WARN, f"{found}; tbgen ships no template {project.template!r}")
+    if shipped != project.template_version:
+        return Diagnosis("project", WARN, f"{found}; tbgen's {project.template} is {shipped}",
+                         "render the project again with the newer template: tbgen new --answers tbgen.toml --force")
+    return Diagnosis("project", OK, found)
 
+
+def check_cmake(release: versions.Release) -> Diagnosis:
     fix = f"pip install 'cmake>={release.min_cmake}'"
     cmake = cmake_executable()
     output = _output([cmake, "--version"])
@@ -124,9 +139,7 @@ def check_compiler() -> Diagnosis:
 
 
 def check_ninja() -> Diagnosis:
-    from triton_backend_gen.toolchain.cmake import _on_path
-
-    ninja = _on_path("ninja")
+    ninja = tool_on_path("ninja")
     if ninja is None:
         return Diagnosis("ninja", WARN, "not found (CMake falls back to make, without a build progress bar)",
                          "pip install ninja")
@@ -143,9 +156,6 @@ def check_rapidjson() -> Diagnosis:
 
 
 def check_googletest(release: versions.Release) -> Diagnosis:
-    from triton_backend_gen.toolchain.cmake import googletest_sources
-    from triton_backend_gen.toolchain.sources import cached_sources
-
     found = googletest_sources(cached_sources(release.branch))
     if found is not None:
         return Diagnosis("googletest", OK, str(found))
@@ -155,8 +165,6 @@ def check_googletest(release: versions.Release) -> Diagnosis:
 
 def check_nvcc() -> Diagnosis:
     """The nvcc `tbgen build --gpu` would use (the build's own lookup and version parsing)."""
-    from triton_backend_gen.toolchain.build import find_nvcc, parse_nvcc_version
-
     fix = "install the CUDA toolkit (12.x or 13.x), e.g. sudo apt-get install nvidia-cuda-toolkit"
     nvcc = find_nvcc()
     if nvcc is None:
@@ -170,8 +178,6 @@ def check_nvcc() -> Diagnosis:
 
 
 def check_source_cache(release: versions.Release) -> Diagnosis:
-    from triton_backend_gen.toolchain.sources import missing_repositories, sources_dir
-
     entry = sources_dir() / release.branch
     missing = missing_repositories(release.branch)
     if not missing:
@@ -184,12 +190,6 @@ def check_source_cache(release: versions.Release) -> Diagnosis:
 def check_servers(server: Path | None, release: versions.Release | None) -> list[Diagnosis]:
     """One row per tritonserver found (the first is the one tbgen uses; it warns when ``release`` is another),
     or one failing row when none is."""
-    from triton_backend_gen.runtime.discovery import (
-        SERVER_EXTRA_HINT,
-        SOURCE_EXPLICIT,
-        discover_servers,
-    )
-
     rows: list[Diagnosis] = []
     looked: list[str] = []
     used = False
@@ -215,22 +215,18 @@ def check_servers(server: Path | None, release: versions.Release | None) -> list
 
 def check_docker(target: versions.Release) -> list[Diagnosis]:
     """The Docker engine (through the docker SDK), the release's image, and containers tbgen left behind."""
-    import docker
-
-    from triton_backend_gen.runtime.container import default_image, tbgen_containers
-
     try:
         client = docker.from_env(timeout=10)
         version = client.version().get("Version", "unknown version")
-    except (docker.errors.DockerException, OSError) as err:  # requests' errors are OSErrors
+    except (DockerException, OSError) as err:  # requests' errors are OSErrors
         fix = "sudo systemctl start docker  (or: sudo dockerd &)" if _which("dockerd") else "sudo apt-get install docker.io"
         return [Diagnosis("docker", WARN, f"engine not reachable (only --docker needs it): {err}", fix)]
     rows = [Diagnosis("docker", OK, f"engine {version}")]
-    image = default_image(target.container)
+    image = default_image(target)
     try:
         client.images.get(image)
         rows.append(Diagnosis("docker image", OK, image))
-    except docker.errors.ImageNotFound:
+    except ImageNotFound:
         rows.append(Diagnosis("docker image", WARN, f"{image} is not on the engine (--docker needs it)",
                               f"docker pull {image}"))
     leftovers = tbgen_containers(client)

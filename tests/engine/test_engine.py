@@ -1,0 +1,61 @@
+"""The Docker engine helpers that need no image: default images, GPU requests, orphans, names, errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from triton_backend_gen import engine, versions
+from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.project import image_slug
+
+NGC_2410 = "nvcr.io/nvidia/tritonserver:24.10-py3"
+
+
+def test_the_default_image_is_the_releases_ngc_image():
+    assert engine.default_image(versions.resolve("24.10")) == NGC_2410
+    assert engine.default_image(versions.resolve("r25.10")) == "nvcr.io/nvidia/tritonserver:25.10-py3"
+
+
+class FakeEngine:
+    """Only what gpu_requests reads: the engine's runtimes (an NVIDIA runtime cannot exist here)."""
+
+    def __init__(self, runtimes):
+        self._runtimes = runtimes
+
+    def info(self):
+        return {"Runtimes": self._runtimes}
+
+
+def test_gpu_requests_ask_for_every_gpu_through_the_nvidia_runtime():
+    (request,) = engine.gpu_requests(FakeEngine({"runc": {}, "nvidia": {}}), gpu=True)
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert engine.gpu_requests(FakeEngine({"runc": {}}), gpu=False) == []
+    with pytest.raises(UsageError, match="NVIDIA container runtime") as refused:
+        engine.gpu_requests(FakeEngine({"runc": {}}), gpu=True)
+    assert refused.value.exit_code == 2 and "nvidia-ctk" in refused.value.hint
+
+
+def test_orphans_are_containers_whose_tbgen_on_this_host_is_gone():
+    def labelled(owner):
+        return SimpleNamespace(labels={"tbgen": "1", "tbgen.owner": owner})
+
+    host = socket.gethostname()
+    gone = labelled(f"{host}:999999999")
+    mine = labelled(f"{host}:{os.getpid()}")
+    elsewhere = labelled("another-host:999999999")
+    assert engine.orphans([gone, mine, elsewhere]) == [gone]
+
+
+def test_image_slug_is_a_directory_name():
+    assert image_slug(NGC_2410) == "nvcr.io_nvidia_tritonserver_24.10-py3"
+
+
+def test_an_unreachable_engine_says_how_to_start_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(ServerError, match="not reachable") as error:
+        engine.connect()
+    assert "dockerd" in error.value.hint

@@ -1,0 +1,182 @@
+"""``tbgen templates check``: render every template over its option matrix and check what comes out.
+
+The matrix is the product of each template's choice and boolean options (dtype x gpu x language x native x
+batching ...), plus one edge variant without batching and with variable dims. Each rendered variant must:
+load as a tbgen project, pass ``tbgen validate``, byte-compile every Python file, and contain no unrendered
+Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere).
+
+With ``build``, every variant that has something to build (C++ backends, native Python extensions) is built
+with ``tbgen build`` (warnings are errors, then ``tbgen check`` against the server) from the Triton source
+cache; with ``smoke`` it is also smoke-tested in a real server. ``releases`` renders the matrix once per
+release (default: the server's own release with ``smoke``, else each template's default). On a machine
+without a GPU, GPU variants are smoke-tested with ``--instance-kind cpu`` (a run copy of their models on
+KIND_CPU instances, which a GPU build serves too).
+"""
+
+from __future__ import annotations
+
+import itertools
+import py_compile
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triton_backend_gen.commands.build import build
+from triton_backend_gen.commands.test import run_project_tests
+from triton_backend_gen.discovery import find_tritonserver, gpus_visible
+from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.model_config import validate_tree
+from triton_backend_gen.project import load_project
+from triton_backend_gen.scaffold import get_template, list_templates, render_new_project
+from triton_backend_gen.scaffold.templates import Template
+from triton_backend_gen.toolchain.build import build_kind
+from triton_backend_gen.toolchain.sources import cached_sources
+
+NATIVE_SUFFIXES = {".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".in", ".ldscript", ".map"}
+DEFAULT_NAME = "my-backend"
+_JINJA = re.compile(r"\{\{|\{%|%\}|\{#|#\}")
+
+
+@dataclass
+class CheckReport:
+    variants: int = 0
+    files: int = 0
+    failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def option_matrix(template: Template) -> Iterator[dict[str, Any]]:
+    """Every combination of the template's choice and boolean options, then the edge variant."""
+    axes = [(o.key, o.choices or (False, True)) for o in template.options if o.choices or o.kind is bool]
+    keys = [key for key, _ in axes]
+    for values in itertools.product(*(choices for _, choices in axes)):
+        yield dict(zip(keys, values, strict=True))
+    edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option(k)}
+    if edge:
+        yield edge
+
+
+def describe(answers: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in answers.items()) or "defaults"
+
+
+def check_templates(
+    names: list[str] | None = None,
+    *,
+    build: bool = False,
+    smoke: bool = False,
+    releases: list[str] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> CheckReport:
+    templates = [get_template(n) for n in names] if names else list(list_templates())
+    targets = _release_targets(releases, smoke)
+    cpu_only = smoke and not gpus_visible()
+    report = CheckReport()
+    with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
+        for template, place, answers in _variants(templates, targets):
+            label = f"{template.name} [{describe(answers)}]"
+            progress(f"checking {label}")
+            project = Path(scratch) / place
+            render_new_project(template.name, project, answers)
+            report.variants += 1
+            report.files += sum(1 for p in project.rglob("*") if p.is_file())
+            instance_kind = "cpu" if cpu_only and answers.get("gpu") else None
+            problems, skip = _variant_problems(project, template, build, smoke, instance_kind)
+            if skip:
+                report.skipped.append(f"{label}: {skip}")
+            report.failures += [f"{label}: {problem}" for problem in problems]
+    return report
+
+
+def _release_targets(releases: list[str] | None, smoke: bool) -> list[str | None]:
+    """The releases to render for: those given, else the server's own with ``smoke``, else None (each
+    template's default)."""
+    return list(releases or []) or [_server_release() if smoke else None]
+
+
+def _variants(templates: list[Template], targets: list[str | None]) -> Iterator[tuple[Template, Path, dict[str, Any]]]:
+    """(template, where to render it in the scratch directory, answers) of each template's option matrix for each
+    release; the release goes into the answers of a template that has a triton_version option."""
+    for template, release in itertools.product(templates, targets):
+        for index, answers in enumerate(option_matrix(template)):
+            if release and template.option("triton_version"):
+                answers = {**answers, "triton_version": release}
+            # Every variant keeps the template's default project name: what differs between two variants is
+            # then only what their options change, and their builds share compiler-cache entries.
+            yield template, Path(template.name) / f"{release or 'default'}-{index}" / DEFAULT_NAME, answers
+
+
+def _variant_problems(project: Path, template: Template, build: bool, smoke: bool,
+                      instance_kind: str | None) -> tuple[list[str], str]:
+    """(problems, why building was skipped) of a rendered variant: its files checked, then with ``build`` or
+    ``smoke`` built, then with ``smoke`` smoke-tested, each step only when the ones before found nothing."""
+    problems = check_rendered_project(project, template)
+    if problems or not (build or smoke):
+        return problems, ""
+    problems, skip = build_rendered_project(project)
+    if smoke and not skip and not problems:
+        problems = smoke_rendered_project(project, instance_kind)
+    return problems, skip
+
+
+def _server_release() -> str | None:
+    release = find_tritonserver().release
+    return release.container if release else None
+
+
+def build_rendered_project(path: Path) -> tuple[list[str], str]:
+    """(problems, why it was skipped): ``tbgen build`` the project, C++ from cached Triton sources only."""
+    project = load_project(path)
+    kind = build_kind(project)
+    if kind == "cpp" and cached_sources(project.release.branch) is None:
+        return [], (f"Triton sources for {project.release.branch} are not cached (tbgen deps fetch, or tbgen deps "
+                    "add --from DIR), so it was not built")
+    try:
+        result = build(project) if kind else None
+    except TbgenError as err:
+        return [f"build failed: {err.message} {err.hint}".strip()], ""
+    return [f"tbgen check: {finding.message}" for finding in (result.errors if result else [])], ""
+
+
+def smoke_rendered_project(path: Path, instance_kind: str | None = None) -> list[str]:
+    """Problems the smoke suite found in a real server (the project is built already)."""
+    try:
+        report = run_project_tests(load_project(path), instance_kind=instance_kind)
+    except TbgenError as err:
+        return [f"{err.message} {err.hint}".strip()]
+    return [f"smoke {r.name} ({r.protocol}): {r.detail}" for r in report.results if not r.passed]
+
+
+def check_rendered_project(project: Path, template: Template) -> list[str]:
+    """Problems found in one rendered project (empty when it is sound)."""
+    problems: list[str] = []
+    try:
+        meta = load_project(project)
+        if meta.template != template.name:
+            problems.append(f"tbgen.toml names template {meta.template!r}")
+    except TbgenError as err:
+        problems.append(str(err))
+    problems += [str(f) for f in validate_tree(project) if f.severity == "error"]
+    for file in sorted(p for p in project.rglob("*") if p.is_file()):
+        problems += _file_problems(file, file.relative_to(project))
+    return problems
+
+
+def _file_problems(file: Path, rel: Path) -> list[str]:
+    """Problems of one rendered file (``rel`` its path in the project): Python that does not compile, leftovers
+    of the template."""
+    problems = []
+    if file.suffix == ".py":
+        try:
+            py_compile.compile(str(file), cfile=str(Path(tempfile.gettempdir()) / "tbgen-check.pyc"), doraise=True)
+        except py_compile.PyCompileError as err:
+            problems.append(f"{rel} does not compile: {err.msg.strip()}")
+    text = file.read_text(errors="replace")
+    if "cookiecutter" in text:
+        problems.append(f"{rel} mentions cookiecutter (an unrendered variable?)")
+    if (file.suffix in NATIVE_SUFFIXES or file.name == "CMakeLists.txt") and _JINJA.search(text):
+        problems.append(f"{rel} contains unrendered Jinja: {_JINJA.search(text).group(0)!r}")
+    return problems

@@ -1,0 +1,122 @@
+"""``tbgen test``: build what is out of date, start the project's server, run its smoke plan, stop the server.
+
+The command wires toolchain (the build), runtime (a running Triton) and smoke (the checks); it decides
+nothing about any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_backend_gen.commands.build import build_if_needed
+from triton_backend_gen.discovery import gpus_visible
+from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.model_config import validate_tree
+from triton_backend_gen.project import Project
+from triton_backend_gen.runtime import TritonServer, prepare_server
+from triton_backend_gen.runtime.sanitizers import sanitizer_reports
+from triton_backend_gen.signals import stop_on_signals
+from triton_backend_gen.smoke import Endpoints, SmokeResult, plan_fuzz, plan_smoke, run_fuzz, run_smoke
+
+
+@dataclass
+class TestRunReport:
+    __test__ = False  # not a pytest test class
+
+    project: Project
+    server: str  # which tritonserver, e.g. "tritonserver 2.51.0 (embedded wheel)"
+    log_file: Path
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what tbgen changed for the run (e.g. the instance kind)
+    results: list = field(default_factory=list)  # smoke.SmokeResult
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+
+def run_project_tests(
+    project: Project,
+    *,
+    server: Path | None = None,
+    fuzz: int = 0,
+    seed: int = 0,
+    sanitize: tuple[str, ...] = (),
+    docker: bool = False,
+    image: str | None = None,
+    gpu: bool = False,
+    packaged: bool = False,
+    instance_kind: str | None = None,
+    on_result: Callable[[object], None] = lambda result: None,
+) -> TestRunReport:
+    """Smoke-test every model of ``project`` in a real server (started and stopped here).
+
+    With ``sanitize`` the backend is built with those sanitizers, and any sanitizer report in the server
+    log (read after the server stopped) fails the run. With ``docker`` the backend is built and served in a
+    container of ``image`` (default: the NGC image of the project's release), with all GPUs when ``gpu``;
+    ``packaged`` tests the image of `tbgen package` as it is (nothing built, nothing mounted);
+    ``instance_kind`` ("cpu", "gpu") serves a copy of the models with instances of that kind."""
+    check_test_options(sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind)
+    if not packaged:
+        build_if_needed(project, server, sanitize, docker=docker, image=image)
+    triton = prepare_server(project, server=server, docker=docker or packaged, image=image, gpu=gpu,
+                            mount=not packaged, instance_kind=instance_kind)
+    served = triton.options.model_repository  # the project's, or its run copy with another instance kind
+    plan = plan_smoke(project, repository=served)
+    fuzz_cases = plan_fuzz(project, fuzz, seed, repository=served) if fuzz else []
+    report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes))
+    with stop_on_signals(), triton:
+        _require_ready(project, triton)
+        endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        healthy = lambda: triton.running  # noqa: E731
+        report.results += run_smoke(plan, endpoints, is_healthy=healthy, progress=on_result)
+        if fuzz_cases:
+            fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
+            report.results += fuzz_report.as_results()
+    if triton.sanitizer_runtimes:
+        report.results.append(_sanitizer_result(triton))
+    return report
+
+
+def check_test_options(*, sanitize: tuple[str, ...], docker: bool, gpu: bool, packaged: bool,
+                       instance_kind: str | None) -> None:
+    """UsageError for option combinations a test run cannot honour."""
+    if docker and sanitize:
+        raise UsageError("--sanitize runs with a local server; it cannot be combined with --docker.",
+                         "Drop one of --sanitize and --docker.")
+    if gpu and not docker:
+        raise UsageError("--gpu asks a container for the GPUs; a local server sees this machine's GPUs already.",
+                         "Add --docker, or drop --gpu.")
+    if packaged and instance_kind:
+        raise UsageError("--instance-kind rewrites a copy of the project's models; a packaged image serves its own.",
+                         "Drop --instance-kind, or test the project with --docker instead of --packaged.")
+
+
+def _require_ready(project: Project, triton: TritonServer) -> None:
+    """ServerError naming every model that did not load, with validate's findings and the server's log lines."""
+    not_ready = [m for m in triton.model_states() if m.state != "READY"]
+    if not_ready:
+        names = ", ".join(f"{m.name} ({m.state or 'not loaded'}: {m.reason})" for m in not_ready)
+        raise ServerError(
+            f"Models failed to load: {names}",
+            _config_warnings(project, {m.name for m in not_ready})
+            + "Server log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
+        )
+
+
+def _config_warnings(project: Project, models: set[str]) -> str:
+    """tbgen validate's warnings for the configs of ``models`` (they often say why a model did not load)."""
+    findings = validate_tree(project.model_repository, gpus_visible=gpus_visible())
+    lines = [str(f) for f in findings if f.path.parent.name in models]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _sanitizer_result(triton: TritonServer) -> SmokeResult:
+    """One result for a sanitizer build's run: passed when the server log holds no sanitizer report."""
+    reports = sanitizer_reports(triton.log_file.read_text(errors="replace"))
+    runtimes = ", ".join(path.name for path in triton.sanitizer_runtimes)
+    detail = (f"{len(reports)} report(s) in {triton.log_file}; the first:\n{reports[0]}" if reports
+              else f"no reports (server ran with {runtimes} preloaded)")
+    return SmokeResult("sanitizer reports", "-", not reports, detail, 0.0)

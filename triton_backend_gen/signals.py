@@ -1,0 +1,59 @@
+"""Signals and shutdowns: what lets every process and container tbgen starts be stopped by tbgen.
+
+- ``stop_on_signals``: within the block SIGTERM/SIGHUP raise :class:`SignalReceived` (a KeyboardInterrupt, as
+  Ctrl-C's SIGINT already is), so that ``with server:`` blocks unwind and stop what they started;
+- ``signals_deferred``: a shutdown in progress is not interrupted half-way by a second Ctrl-C; the signals
+  are delivered once it is done.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class SignalReceived(KeyboardInterrupt):
+    """SIGTERM or SIGHUP turned into an exception, so that `with TritonServer(...)` unwinds and stops it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+@contextmanager
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt).
+
+    Only the main thread can install handlers; elsewhere the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_signal(signum: int, _frame) -> None:
+        raise SignalReceived(signum)
+
+    previous = {signum: signal.signal(signum, raise_signal) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class signals_deferred:
+    """Hold SIGINT/SIGTERM/SIGHUP during a shutdown so a second Ctrl-C cannot interrupt it half-way;
+    they are delivered once it is done."""
+
+    _SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+    def __enter__(self) -> None:
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self._SIGNALS)
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)

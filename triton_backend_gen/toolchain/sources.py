@@ -1,6 +1,6 @@
 """The Triton source cache: ``${TBGEN_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/tbgen}/triton-src/<rYY.MM>/``
 holding ``core``, ``common`` and ``backend`` of one release branch, and ``googletest`` at the commit common's
-unit tests ask for (what ../shared/tools/triton-sources and ``tbgen deps`` lay out). Builds that find their
+unit tests ask for (what ``tbgen deps fetch|add`` lay out). Builds that find their
 release here run with no network.
 
 ``fetch_sources`` clones the three repositories, ``add_sources`` registers trees a user already has (air-gapped

@@ -22,12 +22,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.prompt import Confirm, Prompt
 from rich.table import Table
 
-from triton_backend_gen import __version__, versions
-from triton_backend_gen.errors import ServerError, TbgenError, UsageError
+from triton_backend_gen import __version__, signature, versions
+from triton_backend_gen.errors import AnswerError, ServerError, TbgenError, UsageError
 from triton_backend_gen.project import Project, load_project, load_project_or_none
 
 if TYPE_CHECKING:
-    from triton_backend_gen.errors import AnswerError
     from triton_backend_gen.scaffold.templates import Option
 
 
@@ -47,6 +46,9 @@ app.add_typer(templates_app, name="templates")
 deps_app = typer.Typer(help="Triton's core/common/backend sources in tbgen's cache (for offline builds).",
                        no_args_is_help=True)
 app.add_typer(deps_app, name="deps")
+add_app = typer.Typer(help="Add a piece to a project: a third-party library a C++ backend links.",
+                      no_args_is_help=True)
+app.add_typer(add_app, name="add")
 
 # Not on a terminal (CI logs, pipes) Rich would cut tables at 80 columns: print full values there instead.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 4096
@@ -73,6 +75,8 @@ class RichPrompter:
     """Asks for answers on a terminal with Rich prompts."""
 
     def ask(self, option: Option, default: Any) -> Any:
+        if option.kind is dict:
+            return self._ask_signature()
         if option.kind is bool:
             return Confirm.ask(option.help, default=bool(default), console=console)
         if option.choices:
@@ -81,6 +85,31 @@ class RichPrompter:
 
     def show_error(self, error: AnswerError) -> None:
         console.print(f"[red]{escape(error.message)}[/red] {escape(error.hint)}")
+
+    def _ask_signature(self) -> dict[str, Any]:
+        """The model's tensors, one per line; no input at all keeps the template's example."""
+        console.print(f"Tensors as {escape(signature.FLAG_GRAMMAR)}; an empty line ends the list.", highlight=False)
+        tensors: dict[str, list[dict[str, Any]]] = {"inputs": [], "outputs": []}
+        for side in ("inputs", "outputs"):
+            while True:
+                prompt = f"{side[:-1].capitalize()} {len(tensors[side]) + 1}"
+                if side == "inputs" and not tensors[side]:
+                    prompt += " (empty: the template's example)"
+                text = Prompt.ask(prompt, default="", show_default=False, console=console).strip()
+                if not text:
+                    break
+                try:
+                    tensors[side].append(signature.parse_tensor(text, output=side == "outputs").table())
+                except AnswerError as err:
+                    self.show_error(err)
+            if not tensors["inputs"]:
+                return dict(signature.EMPTY)
+        return {**tensors, "config": ""}
+
+
+PatternOption = Annotated[Optional[str], typer.Option(
+    "--pattern", help="Compose models: bls (a router), bls-async (a fan-out), bls-decoupled (over a stream) or "
+    "ensemble (pre -> model -> post); --model-name names the top model, --set callees=A,B the others.")]
 
 
 @app.command()
@@ -98,8 +127,24 @@ def new(
     ] = None,
     backend_name: Annotated[Optional[str], typer.Option("--backend-name", help="Backend name.")] = None,
     model_name: Annotated[Optional[str], typer.Option("--model-name", help="Name of the example model.")] = None,
+    framework: Annotated[Optional[str], typer.Option(
+        "--framework", help="cpp-backend: wrap an inference library, libtorch (model.pt) or opencv-dnn (model.onnx).")
+    ] = None,
     answers_file: Annotated[
         Optional[Path], typer.Option("--answers", help="Answers from a file: a project's tbgen.toml, or TOML/JSON.")
+    ] = None,
+    pattern: PatternOption = None,
+    inputs: Annotated[
+        Optional[list[str]], typer.Option("--input", help="A model input NAME:DTYPE:DIMS[:optional], e.g. "
+                                          "IMG:FP16:3,224,224 (repeatable; give --output too).")
+    ] = None,
+    outputs: Annotated[
+        Optional[list[str]], typer.Option("--output", help="A model output NAME:DTYPE:DIMS, e.g. SCORES:FP32:-1 "
+                                          "(repeatable).")
+    ] = None,
+    from_config: Annotated[
+        Optional[Path], typer.Option("--from-config", help="Serve the signature of this model configuration "
+                                     "(a config.pbtxt, any file name): name, tensors, batching, instance groups.")
     ] = None,
     no_input: Annotated[bool, typer.Option("--no-input", help="Never prompt; take defaults.")] = False,
     force: Annotated[
@@ -110,16 +155,37 @@ def new(
     scaffold = _load("scaffold")
     with _user_errors():
         given: dict[str, Any] = scaffold.read_answers_file(answers_file) if answers_file else {}
-        flags = {"gpu": gpu, "triton_version": triton_version, "backend_name": backend_name, "model_name": model_name}
+        flags = {"gpu": gpu, "triton_version": triton_version, "backend_name": backend_name, "model_name": model_name,
+                 "framework": framework, "pattern": pattern}
         given.update({key: value for key, value in flags.items() if value is not None})
         given.update(scaffold.parse_set_options(set_ or []))
+        flagged = signature.from_flags(inputs or [], outputs or [])
+        if flagged is not None and from_config is not None:
+            raise UsageError("--from-config gives the model's tensors; --input/--output cannot be added to it.",
+                             "Drop --input/--output, or edit the configuration you import.")
+        if flagged is not None:
+            given["signature"] = flagged.context()
         interactive = not no_input and sys.stdin.isatty()
         template = template or given.pop("template", None) or _ask_template(interactive)
         given.pop("template", None)
+        imported = scaffold.import_config(from_config, template) if from_config is not None else None
         prompter = RichPrompter() if interactive else None
-        project = scaffold.render_new_project(template, path, given, force=force, prompter=prompter)
+        project = scaffold.render_new_project(template, path, given, force=force, prompter=prompter,
+                                              imported=imported)
     console.print(f"[green]Created[/green] {escape(str(project))} from [bold]{escape(template)}[/bold]",
                   highlight=False)
+    if pattern is not None:
+        models = load_project(project).models
+        console.print("Models: " + ", ".join(escape(m.name) + (f" ({m.pattern})" if m.pattern else "")
+                                             for m in models), highlight=False)
+    example = _load("scaffold").write_example_model(project)
+    if example is not None:
+        colour = "green" if example.written or example.path.exists() else "yellow"
+        console.print(f"[{colour}]Example model:[/] {escape(example.message)}", highlight=False)
+    if imported is not None:
+        console.print(f"Model {escape(imported.name)}: {escape(imported.signature.describe())}", highlight=False)
+        for note in imported.notes:
+            console.print(f"[yellow]note[/yellow] {escape(note)}", highlight=False)
     console.print(f"Next: cd {escape(str(path))} and read README.md", highlight=False)
 
 
@@ -244,16 +310,22 @@ def serve(
     image: ImageOption = None,
     gpu: GpuRequestOption = False,
     instance_kind: InstanceKindOption = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Load only this model and the models it "
+                                                 "calls (tbgen.toml's calls).")] = None,
 ) -> None:
     """Start Triton on the project's model repository until Ctrl-C."""
     signals = _load("signals")
     with _user_errors(), signals.stop_on_signals():
         _check_docker_options(docker, image, gpu)
         target = load_project_or_none(project) or project
+        if model is not None and not isinstance(target, Project):
+            raise UsageError("--model picks a model of a tbgen project.", "Run it in a project, or drop --model.")
+        only = target.needed_by(target.model(model).name) if model is not None else []
         triton = _load("runtime").start_server(
             target, server=server, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
             host=host, verbose=verbose, docker=docker, image=image, gpu=gpu,
             instance_kind=_instance_kind(instance_kind),
+            extra_args=("--model-control-mode=explicit", *(f"--load-model={name}" for name in only)) if only else (),
         )
         with triton:
             _print_server(triton)
@@ -333,6 +405,8 @@ def test_(
     packaged: Annotated[bool, typer.Option("--packaged", help="With --docker --image: test the image as it is "
                                            "(an image made by tbgen package; nothing built or mounted).")] = False,
     instance_kind: InstanceKindOption = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Test this model only (default: every "
+                                                 "model tbgen.toml lists).")] = None,
 ) -> None:
     """Start a real Triton, load the project's backend and run the smoke suite against it."""
     with _user_errors():
@@ -343,7 +417,7 @@ def test_(
         kind = _instance_kind(instance_kind)
         report = _load("commands.test").run_project_tests(
             load_project(project), server=server, fuzz=fuzz, seed=seed, sanitize=sanitizers, docker=docker,
-            image=image, gpu=gpu, packaged=packaged, instance_kind=kind)
+            image=image, gpu=gpu, packaged=packaged, instance_kind=kind, model=model)
     _report_tests(report, junit_xml)
 
 
@@ -357,6 +431,14 @@ def _report_tests(report, junit_xml: Path | None) -> None:
         verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
         table.add_row(escape(r.name), r.protocol, verdict, escape(r.detail), f"{r.seconds:.2f}")
     console.print(table)
+    if len(report.statistics) > 1:
+        stats = Table(title="the server's statistics of each model", title_justify="left")
+        for column in ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us"):
+            stats.add_column(column)
+        for s in report.statistics:
+            stats.add_row(escape(s.name), str(s.success), str(s.failed), str(s.inferences), str(s.executions),
+                          f"{s.queue_us:.0f}", f"{s.compute_us:.0f}")
+        console.print(stats)
     if junit_xml:
         _load("smoke").write_junit_xml(report.results, junit_xml, suite=report.project.name)
         console.print(f"JUnit XML: {escape(str(junit_xml))}", highlight=False)
@@ -504,6 +586,8 @@ def build(
     sanitize: SanitizeOption = None,
     docker: DockerOption = False,
     image: ImageOption = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Build what this model needs (nothing for "
+                                                 "a model of the python backend).")] = None,
 ) -> None:
     """Configure, build and install the project's backend (or native extension), then check the library."""
     columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -512,6 +596,10 @@ def build(
         _check_docker_options(docker, image, gpu=False)
         sanitizers = _load("toolchain.build").parse_sanitizers(sanitize)
         loaded = load_project(project)
+        if model is not None and loaded.model(model).backend == "python":
+            console.print(f"Nothing to build for {escape(model)}: Triton's python backend serves it.",
+                          highlight=False)
+            raise typer.Exit(0)
         task = bar.add_task("configuring", total=None)
 
         def progress(done: int, total: int, line: str) -> None:
@@ -541,10 +629,16 @@ def _print_findings(findings) -> None:
 def check(
     project: Annotated[Path, typer.Argument(help="A built C++ project, or a backend library (.so).")] = Path("."),
     server: ServerPath = None,
+    docker: Annotated[bool, typer.Option("--docker", help="Resolve the libraries it needs in a container of the "
+                                         "release's tritonserver image, as the server there loads it.")] = False,
+    image: ImageOption = None,
 ) -> None:
     """Check a built backend library: its exports, its imports against the server, its dependencies."""
     with _user_errors():
-        report = _load("commands.build").check(project, server=server)
+        _check_docker_options(docker, image, gpu=False)
+        if docker and server is not None:
+            raise UsageError("--server names a local server; --docker checks in an image.", "Drop one of them.")
+        report = _load("commands.build").check(project, server=server, docker=docker, image=image)
     console.print(escape(f"{report.library}" + (f" against {report.server}" if report.server else "")),
                   highlight=False)
     _print_findings(report.findings)
@@ -625,13 +719,71 @@ def package(
         result = _load("commands.package").package_project(
             loaded, tag=image_tag, base_image=base_image,
             progress=lambda line: console.print(line[:100], markup=False, highlight=False))
-    source = "Triton's sources from tbgen's cache" if result.offline else "the Dockerfile as it is"
+    if result.prebuilt:
+        carried = f", carrying {', '.join(result.carried)}" if result.carried else ""
+        source = f"the backend built on this machine{carried}"
+    else:
+        source = "Triton's sources from tbgen's cache" if result.offline else "the Dockerfile as it is"
     console.print(escape(f"Built {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}"),
                   highlight=False)
     if test:
         with _user_errors():
             report = _load("commands.test").run_project_tests(loaded, image=result.tag, packaged=True)
         _report_tests(report, junit_xml=None)
+
+
+@add_app.command("model")
+def add_model(
+    name: Annotated[str, typer.Argument(help="The new model's name (with --pattern: the top model's).")],
+    project: Annotated[Path, typer.Option("--project", help="The project (default: the one here).")] = Path("."),
+    template: Annotated[Optional[str], typer.Option("--template", "-t", help="The template of the model (default: "
+                                                    "the project's).")] = None,
+    pattern: PatternOption = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Set any answer: --set key=value.")] = None,
+    inputs: Annotated[Optional[list[str]], typer.Option("--input", help="A model input NAME:DTYPE:DIMS[:optional] "
+                                                        "(repeatable; give --output too).")] = None,
+    outputs: Annotated[Optional[list[str]], typer.Option("--output", help="A model output NAME:DTYPE:DIMS.")] = None,
+) -> None:
+    """Add a model (or a composed model and its callees) to a project: new files and tbgen.toml entries only."""
+    scaffold = _load("scaffold")
+    with _user_errors():
+        given: dict[str, Any] = scaffold.parse_set_options(set_ or [])
+        flagged = signature.from_flags(inputs or [], outputs or [])
+        if flagged is not None:
+            given["signature"] = flagged.context()
+        if pattern is not None:
+            given["pattern"] = pattern
+        written = scaffold.add_model(load_project(project), name, template, given)
+    for file in written:
+        console.print(f"[green]Wrote[/green] {escape(str(file))}", highlight=False)
+    console.print(f"tbgen.toml lists the new models; next: tbgen test {escape(str(project))}", highlight=False)
+
+
+@add_app.command("library")
+def add_library(
+    name: Annotated[str, typer.Argument(help="The library's name: it names cmake/libraries/NAME.cmake.")],
+    project: Annotated[Path, typer.Argument(help="The C++ project.")] = Path("."),
+    find_package: Annotated[Optional[str], typer.Option("--find-package", help="Find it with CMake's "
+                                                        "find_package(PKG) and link its imported target.")] = None,
+    components: Annotated[Optional[list[str]], typer.Option("--components", help="With --find-package: its "
+                                                            "COMPONENTS (comma-separated or repeated).")] = None,
+    target: Annotated[Optional[str], typer.Option("--target", help="With --find-package: the imported target to "
+                                                  "link (default: PKG::PKG).")] = None,
+    pkg_config: Annotated[Optional[str], typer.Option("--pkg-config", help="Find it with pkg-config's module "
+                                                      "PKG (PKG.pc).")] = None,
+    path: Annotated[Optional[Path], typer.Option("--path", help="A prefix holding its headers in include/ and "
+                                                 "the library in lib/.")] = None,
+) -> None:
+    """Link a third-party library into a C++ backend: writes cmake/libraries/NAME.cmake (never over a file)."""
+    with _user_errors():
+        added = _load("commands.add_library").add_library(
+            load_project(project), name, find_package=find_package, components=components or [], target=target,
+            pkg_config=pkg_config, path=path)
+    console.print(f"[green]Wrote[/green] {escape(str(added.file))}: {escape(added.spec.describe())}",
+                  highlight=False)
+    console.print("Include its headers in the backend's sources and use it; `tbgen package` carries the shared "
+                  "objects the server's image lacks.", highlight=False)
+    console.print(f"Next: tbgen build {escape(str(project))}", highlight=False)
 
 
 @app.command()

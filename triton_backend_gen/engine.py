@@ -3,9 +3,11 @@
 What both sides above it share: `toolchain` builds in containers, `runtime` serves in them. Nothing here
 knows about builds or servers. Every container tbgen starts:
 
-- carries the labels ``tbgen=1``, ``tbgen.role`` (build or server), ``tbgen.project`` and ``tbgen.owner``
-  (``<host>:<pid>`` of the tbgen that started it): `tbgen doctor` lists and `tbgen clean --containers`
-  removes leftovers, and a new run removes those whose tbgen on this host is gone;
+- carries the labels ``tbgen=1``, ``tbgen.role`` (build, server, or check: ldd in an image), ``tbgen.project``
+  and ``tbgen.owner`` (``<host>:<pid>:<start>`` of the tbgen that started it, the start time telling a reused
+  pid apart):
+  `tbgen doctor` lists and `tbgen clean --containers` removes leftovers, and a new run removes those whose
+  tbgen on this host is gone;
 - runs as the invoking user's uid:gid with HOME=/tmp, so nothing it writes on the host belongs to root;
 - is removed only after its log was read (``remove=True`` would lose a failed container's log).
 
@@ -35,7 +37,7 @@ LABEL = "tbgen"
 ROLE_LABEL = "tbgen.role"
 PROJECT_LABEL = "tbgen.project"
 OWNER_LABEL = "tbgen.owner"
-ROLE_BUILD, ROLE_SERVER = "build", "server"
+ROLE_BUILD, ROLE_SERVER, ROLE_CHECK = "build", "server", "check"
 CONTAINER_HOME = "/tmp"
 
 
@@ -44,8 +46,19 @@ def default_image(release: versions.Release) -> str:
     return NGC_IMAGE.format(container=release.container)
 
 
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (/proc), or None when it does not run."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces; field 22 is the start time.
+    return stat.rpartition(")")[2].split()[19]
+
+
 def owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{process_start(pid)}"
 
 
 def labels(role: str, project_path: Path) -> dict[str, str]:
@@ -119,12 +132,16 @@ def remove_containers(containers: Iterable[Any]) -> list[str]:
 
 
 def orphans(containers: Iterable[Any], host: str | None = None) -> list[Any]:
-    """The containers started by a tbgen on this host whose process is gone."""
+    """The containers started by a tbgen on this host whose process is gone (a process that now holds its pid
+    started at another time)."""
     host = host or socket.gethostname()
     found = []
     for container in containers:
-        name, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
-        if name == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        name, pid, *start = container.labels.get(OWNER_LABEL, "").split(":")
+        if name != host or not pid.isdigit():
+            continue
+        running = process_start(int(pid))
+        if running is None or (start and start[0] != running):
             found.append(container)
     return found
 

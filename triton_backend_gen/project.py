@@ -44,6 +44,10 @@ class ModelEntry:
     name: str
     directory: Path  # <model_repository>/<name>
     decoupled: bool = False
+    reference: Path | None = None  # its numpy reference: <root>/reference.py unless [[models]] names another
+    pattern: str = ""  # how it composes other models: bls, bls-async, bls-decoupled, ensemble ("" for none)
+    backend: str | None = None  # the backend serving it when it is not the project's (a python model beside C++)
+    calls: tuple[str, ...] = ()  # the models a composed model sends requests to
 
     @property
     def config_file(self) -> Path:
@@ -73,6 +77,7 @@ class Project:
     models: tuple[ModelEntry, ...]
     native: NativeSpec | None = None
     python_based_dir: Path | None = None  # backends/<backend> of a Python-based backend
+    framework: str = "none"  # the inference library a cpp-backend wraps (frameworks.FRAMEWORKS), or "none"
 
     # --- what it is ----------------------------------------------------------------------------------------
     @property
@@ -82,6 +87,16 @@ class Project:
     @property
     def decoupled(self) -> bool:
         return any(model.decoupled for model in self.models)
+
+    def needed_by(self, name: str) -> list[str]:
+        """``name`` and every model it calls, directly or through others (those tbgen.toml lists)."""
+        needed, todo = [], [name]
+        while todo:
+            model = todo.pop(0)
+            if model not in needed:
+                needed.append(model)
+                todo += next((m.calls for m in self.models if m.name == model), ())
+        return needed
 
     def model(self, name: str | None) -> ModelEntry:
         """The model called ``name`` (the first model for None); UsageError naming the models otherwise."""
@@ -101,6 +116,11 @@ class Project:
     @property
     def reference_file(self) -> Path:
         return self.root / "reference.py"
+
+    @property
+    def export_script(self) -> Path:
+        """export_model.py of a framework project: it writes the example model file."""
+        return self.root / "export_model.py"
 
     @property
     def build_dir(self) -> Path:
@@ -202,9 +222,13 @@ def parse_project(root: Path, data: dict[str, Any]) -> Project:
         release=versions.resolve(str(proj["triton_version"])),
         gpu=bool(proj.get("gpu", False)),
         model_repository=repository,
-        models=tuple(ModelEntry(str(m["name"]), repository / str(m["name"]), bool(m.get("decoupled", False)))
+        models=tuple(ModelEntry(str(m["name"]), repository / str(m["name"]), bool(m.get("decoupled", False)),
+                                root / str(m.get("reference", "reference.py")), str(m.get("pattern", "")),
+                                str(m["backend"]) if "backend" in m else None,
+                                tuple(str(name) for name in m.get("calls", ())))
                      for m in data.get("models", [])),
         native=NativeSpec(root / native["source_dir"], str(native["module"]), root / native["install_dir"])
         if native else None,
         python_based_dir=root / str(based.get("dir", f"backends/{proj['backend']}")) if based else None,
+        framework=str(proj.get("framework", "none")),
     )

@@ -12,7 +12,7 @@ import triton_backend_gen
 PACKAGE = Path(triton_backend_gen.__file__).parent
 # Rank of each top-level module or package: an import may go to the same rank or a lower one.
 RANKS = {
-    "versions": 0, "errors": 0, "signals": 0, "project": 0, "__init__": 0,
+    "versions": 0, "errors": 0, "signals": 0, "project": 0, "signature": 0, "frameworks": 0, "__init__": 0,
     "scaffold": 1, "model_config": 1,
     "engine": 2, "discovery": 2,
     "toolchain": 3, "runtime": 3,

@@ -61,13 +61,21 @@ def test_concurrency_and_duration_parsing():
 
 def test_perf_analyzer_input_data_is_one_exact_sample():
     inputs = {"INPUT0": np.arange(32, dtype=np.float16).reshape(2, 16), "INPUT1": np.ones((2, 16), np.int64)}
-    data = pa.input_data(inputs, batched=True)
+    data = pa.input_data(inputs, {}, batched=True)
     entry = data["data"][0]
     assert entry["INPUT0"]["shape"] == [16]
     decoded = np.frombuffer(base64.b64decode(entry["INPUT0"]["b64"]), dtype=np.float16)
     assert np.array_equal(decoded, inputs["INPUT0"][0])
-    unbatched = pa.input_data({"IN": np.array([1, 2, 3], np.int32)}, batched=False)
+    unbatched = pa.input_data({"IN": np.array([1, 2, 3], np.int32)}, {}, batched=False)
     assert unbatched["data"][0]["IN"]["shape"] == [3]
+
+
+def test_perf_analyzer_input_data_sends_strings_and_bfloat16_as_declared():
+    inputs = {"TEXT": np.array([[b"h\xc3\xa9", b"\xff"]], dtype=object), "W": np.array([[1.5, -2.0]], np.float32)}
+    entry = pa.input_data(inputs, {"TEXT": "BYTES", "W": "BF16"}, batched=True)["data"][0]
+    assert entry["TEXT"] == {"content": ["h\u00e9", "\ufffd"], "shape": [2]}
+    bits = np.frombuffer(base64.b64decode(entry["W"]["b64"]), dtype=np.uint16)
+    assert bits.tolist() == [0x3FC0, 0xC000]  # 1.5 and -2.0 as bfloat16
 
 
 def test_perf_analyzer_command_and_csv(tmp_path):

@@ -164,7 +164,8 @@ def test_interactive_new_on_a_terminal(tmp_path):
         sys.executable, ["-m", "triton_backend_gen", "new", "p", "-t", "python-backend"],
         cwd=str(tmp_path), encoding="utf-8", timeout=30, env={"COLUMNS": "200", "TERM": "dumb"},
     )
-    replies = {"Tensor dims": ["0", "4"], "Tensor data type": ["INT32"]}  # keyed by the start of the question
+    # Keyed by the start of the question's last line; the dtype's (its choices wrap) is its default "(FP32".
+    replies = {"Tensor dims": ["0", "4"], "(FP32": ["INT32"]}
     transcript = []
     while child.expect([r"\): $", pexpect.EOF]) == 0:
         question = child.before.strip().splitlines()[-1]
@@ -176,6 +177,7 @@ def test_interactive_new_on_a_terminal(tmp_path):
     meta = tomllib.loads((tmp_path / "p" / "tbgen.toml").read_text())
     assert meta["answers"]["dims"] == "4" and meta["answers"]["dtype"] == "INT32"
     assert sum(q.startswith("Tensor dims") for q in transcript) == 2  # asked again after the bad answer
+    assert any(q.startswith("Input 1 (empty: the template's example") for q in transcript)  # the tensors, first
     assert any(q.startswith("Backend name") and q.endswith("(p") for q in transcript)  # default follows the project
 
 

@@ -44,10 +44,14 @@ def test_orphans_are_containers_whose_tbgen_on_this_host_is_gone():
         return SimpleNamespace(labels={"tbgen": "1", "tbgen.owner": owner})
 
     host = socket.gethostname()
-    gone = labelled(f"{host}:999999999")
-    mine = labelled(f"{host}:{os.getpid()}")
-    elsewhere = labelled("another-host:999999999")
-    assert engine.orphans([gone, mine, elsewhere]) == [gone]
+    gone = labelled(f"{host}:999999999:12345")
+    mine = labelled(engine.owner())
+    # A tbgen that died and whose pid now belongs to another process (this one, started at another time).
+    reused = labelled(f"{host}:{os.getpid()}:{int(engine.process_start(os.getpid())) + 1}")
+    older_label = labelled(f"{host}:999999999")
+    elsewhere = labelled("another-host:999999999:1")
+    assert engine.owner().startswith(f"{host}:{os.getpid()}:")
+    assert engine.orphans([gone, mine, reused, older_label, elsewhere]) == [gone, reused, older_label]
 
 
 def test_image_slug_is_a_directory_name():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import new_project
 
-from triton_backend_gen.engine import Mount
+from triton_backend_gen.engine import Mount, process_start
 from triton_backend_gen.project import load_project
 from triton_backend_gen.runtime import container
 
@@ -35,7 +35,7 @@ def test_server_spec_for_a_cpp_project(tmp_path):
     assert spec["shm_size"] == "1g"
     assert spec["device_requests"] == []
     assert spec["labels"] == {"tbgen": "1", "tbgen.role": "server", "tbgen.project": str(project.root),
-                              "tbgen.owner": f"{socket.gethostname()}:{os.getpid()}"}
+                              "tbgen.owner": f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}"}
     assert spec["command"] == command
     assert command[:4] == ["tritonserver", "--id=tbgen-1-abc", "--model-repository=/models",
                            "--backend-directory=/opt/tritonserver/backends"]

@@ -67,7 +67,7 @@ def test_unknown_triton_version_lists_the_known_ones(cpp):
         ({"max_batch_size": "many"}, "max_batch_size must be an integer"),
         ({"instance_count": "0"}, "instance_count must be 1 or more"),
         ({"gpu": "maybe"}, "gpu must be a boolean"),
-        ({"dtype": "FP8"}, "dtype must be one of FP32, FP16, INT32, INT64"),
+        ({"dtype": "FP8"}, "dtype must be one of FP32, FP16, BF16, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, BYTES; got 'FP8'"),
         ({"instance_kind": "KIND_TPU"}, "instance_kind must be one of"),
         ({"instance_kind": "KIND_GPU", "gpu": False}, "KIND_GPU needs a GPU build"),
         ({"input1_name": "INPUT0"}, "Tensor names must be distinct"),

@@ -1,6 +1,7 @@
 """Plain `cookiecutter templates/<name> --no-input` renders exactly what `tbgen new --no-input` renders."""
 
 import filecmp
+import json
 import os
 import subprocess
 import sys
@@ -55,3 +56,22 @@ def test_same_answers_render_identically(template, answers, tmp_path):
     plain = run_cookiecutter(template, tmp_path / "plain", *(f"{k}={v}" for k, v in answers.items()))
     ours = run_tbgen_new(template, tmp_path / "tbgen", *(f"--set={k}={v}" for k, v in answers.items()))
     assert tree(plain) == tree(ours)
+
+
+@pytest.mark.parametrize("template", TEMPLATE_NAMES)
+def test_a_signature_renders_identically(template, tmp_path):
+    """The signature is a cookiecutter dict variable: a user config's default_context gives plain cookiecutter
+    what --input/--output give tbgen."""
+    tensors = {
+        "inputs": [{"name": "TEXT", "datatype": "BYTES", "dims": [-1]},
+                   {"name": "LANG", "datatype": "BYTES", "dims": [1], "optional": True}],
+        "outputs": [{"name": "LENGTH", "datatype": "INT32", "dims": [1]}],
+        "config": "",
+    }
+    user_config = tmp_path / "cookiecutter.yaml"
+    user_config.write_text(json.dumps({"default_context": {"signature": tensors, "model_name": "my-backend"}}))
+    plain = run_cookiecutter(template, tmp_path / "plain", "--config-file", str(user_config))
+    ours = run_tbgen_new(template, tmp_path / "tbgen", "--input", "TEXT:BYTES:-1", "--input", "LANG:BYTES:1:optional",
+                         "--output", "LENGTH:INT32:1")
+    assert tree(plain) == tree(ours)
+    assert 'name: "LANG"' in (ours / "model_repository" / "my-backend" / "config.pbtxt").read_text()

@@ -2,6 +2,7 @@ import pytest
 
 from triton_backend_gen.errors import AnswerError
 from triton_backend_gen.scaffold import naming
+from triton_backend_gen.signature import check_tensor_name
 
 
 @pytest.mark.parametrize("name", ["my-backend", "a", "Backend_2", "x-y_z9"])
@@ -60,10 +61,10 @@ def test_invalid_model_names(name):
 
 @pytest.mark.parametrize("name", ["INPUT0", "_x", "out_1"])
 def test_valid_tensor_names(name):
-    assert naming.check_tensor_name(name) == name
+    assert check_tensor_name(name) == name
 
 
 @pytest.mark.parametrize("name", ["0IN", "a-b", "", "a b"])
 def test_invalid_tensor_names(name):
     with pytest.raises(AnswerError):
-        naming.check_tensor_name(name)
+        check_tensor_name(name)

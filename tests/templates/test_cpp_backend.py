@@ -15,16 +15,32 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cmake_fits_or_skip, read_config, triton_sources_or_skip
+from conftest import cmake_fits_or_skip, grpc_infer, read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
-from triton_backend_gen import versions
+from triton_backend_gen import signature, versions
 from triton_backend_gen.project import BackendKind, load_project
 from triton_backend_gen.scaffold import read_answers_file
 from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
 DTYPES = ["FP32", "FP16", "INT32", "INT64"]
+# Every dtype the add/sub example takes (the CUDA kernel serves DTYPES).
+ALL_DTYPES = list(signature.DATATYPES)
+# The signature of a model that is not the example: every kind of tensor the generated code handles.
+MIXED = {
+    "inputs": [
+        {"name": "TEXT", "datatype": "BYTES", "dims": [1]},
+        {"name": "LANG", "datatype": "BYTES", "dims": [1], "optional": True},
+        {"name": "IMG", "datatype": "FP16", "dims": [3, -1]},
+        {"name": "K", "datatype": "INT32", "dims": [1]},
+    ],
+    "outputs": [
+        {"name": "TOKENS", "datatype": "INT64", "dims": [-1]},
+        {"name": "LABEL", "datatype": "BYTES", "dims": [1]},
+        {"name": "SCORE", "datatype": "BF16", "dims": [4]},
+    ],
+}
 
 COMMON_FILES = {
     ".dockerignore",
@@ -140,7 +156,7 @@ def test_names_follow_the_backend_name(render_template):
     assert (project / "tests" / "test_adder.py").is_file()
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_config_follows_the_answers(render_template, dtype):
     project = render_template("cpp-backend", dtype=dtype, dims="2,3", max_batch_size=4, instance_count=2,
                               input0_name="A", output1_name="DIFF")
@@ -151,13 +167,23 @@ def test_config_follows_the_answers(render_template, dtype):
     assert [t.name for t in config.input] == ["A", "INPUT1"]
     assert [t.name for t in config.output] == ["OUTPUT0", "DIFF"]
     type_name = model_config_pb2.DataType.Name
-    assert {type_name(t.data_type) for t in [*config.input, *config.output]} == {f"TYPE_{dtype}"}
+    config_type = signature.DATATYPES[dtype].config
+    assert {type_name(t.data_type) for t in [*config.input, *config.output]} == {config_type}
     assert {tuple(t.dims) for t in [*config.input, *config.output]} == {(2, 3)}
     (group,) = config.instance_group
     assert (model_config_pb2.ModelInstanceGroup.Kind.Name(group.kind), group.count) == ("KIND_CPU", 2)
     source = (project / "src" / "my_backend.cc").read_text()
-    assert f'kConfigDataType = "TYPE_{dtype}"' in source
-    assert 'kInput0 = "A"' in source and 'kOutput1 = "DIFF"' in source
+    # The tensor table the backend checks config.pbtxt and every request against.
+    table = re.sub(r"\s+", " ", source)
+    assert f'{{"A", TRITONSERVER_TYPE_{dtype}, "{config_type}", {{2, 3}}, std::nullopt, false}},' in table
+    assert f'{{"DIFF", TRITONSERVER_TYPE_{dtype}, "{config_type}", {{2, 3}}, std::nullopt, false}},' in table
+    # Compute adds and subtracts in the dtype's own arithmetic.
+    compute = source[source.index("\nCompute("):source.index("// ====", source.index("\nCompute("))]
+    marker = {"FP16": "FloatToHalf(x + y)", "BF16": "FloatToBF16(x + y)", "BOOL": "(a[i] != 0) != (b[i] != 0)",
+              "BYTES": "AppendDecimal(static_cast<int64_t>(ux + uy))", "FP32": "sum[i] = a[i] + b[i];",
+              "FP64": "sum[i] = a[i] + b[i];"}.get(dtype, "using Bits = std::make_unsigned_t<")
+    assert marker in compute, compute
+    assert "sum = out->OUTPUT0" in compute or "out->OUTPUT0.AppendDecimal" in compute
 
 
 def test_config_without_batching_or_dynamic_batching(render_template):
@@ -215,6 +241,57 @@ def test_reference_without_batching_has_no_batch_dimension(render_template):
 def test_post_gen_hook_removes_gpu_files_by_explicit_list():
     hook = (Path(__file__).resolve().parents[2] / "templates/cpp-backend/hooks/post_gen_project.py").read_text()
     assert 'GPU_ONLY_FILES = ["src/kernels.cu", "src/kernels.h"]' in hook
+
+
+def test_a_signature_generates_the_tensor_table_and_typed_views(render_template):
+    project = render_template("cpp-backend", signature=MIXED, max_batch_size=4)
+    source = (project / "src" / "my_backend.cc").read_text()
+    for entry in ('{"TEXT", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, false},',
+                  '{"LANG", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, true},',
+                  '{"IMG", TRITONSERVER_TYPE_FP16, "TYPE_FP16", {3, -1}, std::nullopt, false},',
+                  '{"SCORE", TRITONSERVER_TYPE_BF16, "TYPE_BF16", {4}, std::nullopt, false},'):
+        assert entry in source, entry
+    inputs = source[source.index("struct Inputs {"):source.index("};", source.index("struct Inputs {"))]
+    assert re.findall(r"^  (\S+) (\w+);", inputs, re.MULTILINE) == [
+        ("BytesView", "TEXT"), ("BytesView", "LANG"), ("TensorView<uint16_t>", "IMG"), ("TensorView<int32_t>", "K")]
+    outputs = source[source.index("struct Outputs {"):source.index("};", source.index("struct Outputs {"))]
+    assert re.findall(r"^  (\S+) (\w+);", outputs, re.MULTILINE) == [
+        ("TensorOutput<int64_t>", "TOKENS"), ("BytesOutput", "LABEL"), ("TensorOutput<uint16_t>", "SCORE")]
+    assert "void\nCompute(\n    const Inputs& in, Outputs* out, const size_t batch_size," in source
+    assert "Your computation goes here." in source
+    # The placeholder of reference.py: optional inputs counted when present, -1 output dims of size 1.
+    assert "if (in.LANG.present) {" in source and "out->LABEL.Append(decimal);" in source
+    assert "FloatToBF16(static_cast<float>(n))" in source
+    # Gathered by the collector, scattered by the responder; BYTES parsed in place and serialized per request.
+    for piece in ("BackendInputCollector collector(", "BackendOutputResponder responder(", "ParseBytes(",
+                  "TRITONBACKEND_ResponseOutput(", "SameLayout("):
+        assert piece in source, piece
+    assert "kernels.h" not in source and "AddSub" not in source
+    assert [t.name for t in read_config(project).input] == ["TEXT", "LANG", "IMG", "K"]
+
+
+def test_tensor_names_cpp_reserves_get_an_underscore_and_reshape_is_in_the_table(render_template):
+    project = render_template("cpp-backend", signature={
+        "inputs": [{"name": "class", "datatype": "BOOL", "dims": [-1]},
+                   {"name": "X", "datatype": "FP32", "dims": [2, 3], "reshape": [6]}],
+        "outputs": [{"name": "linux", "datatype": "UINT8", "dims": [1], "reshape": []}]})
+    source = (project / "src" / "my_backend.cc").read_text()
+    assert re.search(r"TensorView<uint8_t> class_;", source)  # BOOL inputs are bytes: non-zero is true
+    assert re.search(r"TensorOutput<uint8_t> linux_;", source)
+    table = re.sub(r"\s+", " ", source)
+    assert '{"class", TRITONSERVER_TYPE_BOOL, "TYPE_BOOL", {-1}, std::nullopt, false},' in table
+    assert '{"X", TRITONSERVER_TYPE_FP32, "TYPE_FP32", {2, 3}, std::vector<int64_t>{6}, false},' in table
+    assert '{"linux", TRITONSERVER_TYPE_UINT8, "TYPE_UINT8", {1}, std::vector<int64_t>{}, false},' in table
+
+
+@pytest.mark.parametrize(("dtype", "kernel"), [("FP16", True), ("INT64", True), ("BYTES", False), ("BF16", False)])
+def test_gpu_instances_run_the_kernel_only_where_there_is_one(render_template, dtype, kernel):
+    project = render_template("cpp-backend", gpu=True, dtype=dtype)
+    source = (project / "src" / "my_backend.cc").read_text()
+    assert ('#include "kernels.h"' in source) == kernel
+    assert ("ExecuteOnGpu(" in source) == kernel
+    assert ("LaunchAddSub(" in (project / "src" / "kernels.cu").read_text()) == kernel
+    assert ("LaunchAddSub(" in (project / "src" / "kernels.h").read_text()) == kernel
 
 
 # --------------------------------------------------------------------------- builds
@@ -326,3 +403,108 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(re
     assert any(n > 1 for n, _ in executions[3:]), executions
     for requests, copied in executions:
         assert copied == (0 if requests == 1 else requests * request_bytes)
+
+
+# Served by the embedded tritonserver: a signature that is not the example, and the add/sub example over BYTES.
+
+
+def build_and_gather(project: Path, delay_us: int = 100_000) -> None:
+    """Build ``project`` (r24.10, warning-free) with a queue delay that lets concurrent requests meet in one
+    execution."""
+    build_and_check(project, "r24.10", gpu=False)
+    config = next((project / "model_repository").glob("*/config.pbtxt"))
+    config.write_text(config.read_text().replace(
+        "dynamic_batching { }", f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"))
+
+
+def model_counts(client, model: str) -> tuple[int, int]:
+    (stats,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_a_mixed_signature_serves_the_reference(render_template, compiler_cache, server_or_skip):
+    """BYTES, FP16 and INT32 inputs (one optional), INT64 (-1 dims), BYTES and BF16 outputs: each request is
+    answered as reference.py computes, also when concurrent requests of different shapes and optional inputs
+    reach one execution (the backend runs each arrangement as a batch of its own)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tritonclient.grpc as grpcclient
+
+    from triton_backend_gen.runtime import prepare_server
+    from triton_backend_gen.smoke.compare import output_mismatches
+
+    project = render_template("cpp-backend", signature=MIXED, max_batch_size=8, triton_version="24.10")
+    build_and_gather(project)
+    reference = load_reference(project)
+    model = load_project(project).models[0].name
+    config = project / "model_repository" / model / "config.pbtxt"
+    # A queue delay lets concurrent requests meet even on a loaded machine.
+    config.write_text(config.read_text().replace(
+        "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 200000 }"))
+    with (prepare_server(load_project(project)) as triton,
+          grpcclient.InferenceServerClient(triton.grpc_url) as client):
+        for seed in range(4):  # odd seeds leave LANG out, and the -1 dim of IMG varies
+            for batch in (1, 3):
+                inputs = reference.make_inputs(batch, seed=seed)
+                got = grpc_infer(client, model, reference, inputs)
+                assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE), (seed, batch)
+        before = model_counts(client, model)
+        # Four arrangements (shapes, LANG present or not), six requests each: Triton merges only requests of
+        # one arrangement, so each has partners to meet within the queue delay, however loaded the machine.
+        requests = [reference.make_inputs(2, seed=100 + i % 4) for i in range(24)]
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda inputs: grpc_infer(client, model, reference, inputs), requests))
+        for inputs, got in zip(requests, answers):
+            assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE)
+        inferences, executions = (after - first for after, first in zip(model_counts(client, model), before))
+    assert inferences == 48 and executions < 24, (inferences, executions)  # requests met in executions
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_add_sub_over_bytes_serves_the_reference_and_fails_only_the_bad_request(render_template, compiler_cache,
+                                                                               server_or_skip):
+    """The example over BYTES (decimal integers as strings): outputs equal reference.py's; in a batch, a request
+    whose element is not a decimal integer gets its error and the others their answers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from triton_backend_gen.runtime import prepare_server
+    from triton_backend_gen.smoke.compare import output_mismatches
+
+    project = render_template("cpp-backend", dtype="BYTES", dims="-1", triton_version="24.10")
+    build_and_gather(project, delay_us=200_000)
+    reference = load_reference(project)
+    with (prepare_server(load_project(project)) as triton,
+          grpcclient.InferenceServerClient(triton.grpc_url) as client):
+        for batch in (1, 8):
+            inputs = reference.make_inputs(batch, seed=batch)
+            got = grpc_infer(client, "add_sub", reference, inputs)
+            assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE), batch
+            assert got["OUTPUT0"].dtype == np.object_
+
+        def send(seed: int):
+            inputs = reference.make_inputs(1, seed=seed)
+            if seed == 3:
+                inputs["INPUT1"].flat[2] = b"12a"
+            try:
+                return inputs, grpc_infer(client, "add_sub", reference, inputs)
+            except InferenceServerException as err:
+                return inputs, err
+
+        before = model_counts(client, "add_sub")
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(send, range(6)))
+        inferences, executions = (after - first for after, first in zip(model_counts(client, "add_sub"), before))
+    for seed, (inputs, got) in enumerate(answers):
+        if seed == 3:
+            assert isinstance(got, InferenceServerException), got
+            assert "element 2 of INPUT0 or INPUT1 is not a decimal integer" in str(got)
+        else:
+            assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE), seed
+    assert inferences == 5 and executions < 6, (inferences, executions)

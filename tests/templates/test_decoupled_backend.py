@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import py_compile
+import queue
 import re
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ from conftest import TEMPLATES, read_config, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
+from triton_backend_gen.commands.templates_check import SIGNATURES as CHECKED_SIGNATURES
 from triton_backend_gen.project import BackendKind, load_project
 from triton_backend_gen.scaffold import read_answers_file
 from triton_backend_gen.smoke import load_reference
@@ -270,3 +272,143 @@ def test_cpp_variant_builds_against_r24_10(render_template, compiler_cache):
     # The CMake package (lib/ or lib64/, as GNUInstallDirs decides).
     assert list(install.glob("lib*/cmake/my_backend/my_backendConfig.cmake"))
     assert list(install.glob("lib*/cmake/my_backend/my_backendTargets.cmake"))
+
+
+# --------------------------------------------------------------------------- the C++ backend with a signature
+
+CPP_SIGNATURE = CHECKED_SIGNATURES["mixed"].context()
+
+
+def test_cpp_with_a_signature_renders_it_and_answers_with_one_final_response(render_template):
+    project = render_template(TEMPLATE, signature=CPP_SIGNATURE)
+    config = read_config(project)
+    assert config.model_transaction_policy.decoupled and config.max_batch_size == 0
+    assert tensor_interface(config.input) == {"TEXT": ("TYPE_STRING", [1]), "LANG": ("TYPE_STRING", [1]),
+                                              "IMG": ("TYPE_FP16", [3, -1]), "K": ("TYPE_INT32", [1])}
+    assert [t.optional for t in config.input] == [False, True, False, False]
+    assert tensor_interface(config.output) == {"TOKENS": ("TYPE_INT64", [-1]), "LABEL": ("TYPE_STRING", [1]),
+                                               "SCORE": ("TYPE_FP32", [4])}
+    source = (project / "src/my_backend.cc").read_text()
+    assert "RETURN_IF_ERROR(NewPerRequest(\n      requests, request_count, TRITONBACKEND_ResponseFactoryNew," in source
+    assert "TRITONBACKEND_ResponseNewFromFactory(&responses[r]" in source
+    assert "responses[r], TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr)" in source
+    assert "BytesView TEXT;" in source and "BytesOutput LABEL;" in source and "\nCompute(" in source
+    assert '"IN"' not in source and "std::async" not in source  # not the repeat example's streaming
+    tests = next((project / "tests").glob("test_*.py")).read_text()
+    assert "enable_empty_final_response=True" in tests and "DELAY" not in tests
+
+
+@pytest.mark.cpp
+@pytest.mark.slow
+def test_cpp_with_a_signature_streams_the_reference(render_template, compiler_cache, server_or_skip):
+    """Built and served by the embedded tritonserver: each request's stream holds one response, equal to
+    reference.responses() and flagged final (optional inputs given or left out); a bad request is refused."""
+    import tritonclient.grpc as grpcclient
+
+    from triton_backend_gen.runtime import prepare_server
+    from triton_backend_gen.smoke.compare import output_mismatches
+
+    sources = triton_sources_or_skip("r24.10")
+    project = render_template(TEMPLATE, signature=CPP_SIGNATURE, triton_version="24.10")
+    run_cmake_build(project, project / "build", triton_sources=sources, gpu=False)
+    reference = load_reference(project)
+    model = load_project(project).models[0].name
+    results = queue.Queue()
+    with (prepare_server(load_project(project)) as triton,
+          grpcclient.InferenceServerClient(triton.grpc_url) as client):
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        requests = {f"r{seed}": reference.make_inputs(None, seed=seed) for seed in range(4)}
+        requests["bad"] = {k: v for k, v in reference.make_inputs(None, seed=4).items() if k != "TEXT"}
+        for request_id, inputs in requests.items():
+            tensors = []
+            for name, array in inputs.items():
+                tensor = grpcclient.InferInput(name, list(array.shape), reference.INPUTS[name][0])
+                tensor.set_data_from_numpy(array)
+                tensors.append(tensor)
+            client.async_stream_infer(model, tensors, request_id=request_id, enable_empty_final_response=True)
+        answers = {}
+        for _ in requests:
+            result, error = results.get(timeout=30)
+            if error is not None:
+                answers["bad"] = error
+                continue
+            response = result.get_response()
+            assert response.parameters["triton_final_response"].bool_param, response.id
+            answers[response.id] = result
+        client.stop_stream()
+    assert "TEXT" in str(answers["bad"])
+    for request_id, inputs in requests.items():
+        if request_id != "bad":
+            [expected] = reference.responses(inputs)
+            got = {name: answers[request_id].as_numpy(name) for name in expected}
+            assert not output_mismatches(got, expected, reference.TOLERANCE), request_id
+
+
+# --------------------------------------------------------------------------- the python model with a signature
+
+SIGNATURES = {"mixed": CHECKED_SIGNATURES["mixed"].context(), "bytes_in": CHECKED_SIGNATURES["bytes-in"].context()}
+
+
+def python_model_file(project: Path) -> Path:
+    return project / "model_repository" / load_project(project).models[0].name / "1" / "model.py"
+
+
+def test_python_model_with_a_signature_sends_one_final_response(render_template, tmp_path):
+    project = render_template(TEMPLATE, language="python", signature=SIGNATURES["mixed"])
+    path = python_model_file(project)
+    py_compile.compile(str(path), cfile=str(tmp_path / "model.pyc"), doraise=True)
+    model = path.read_text()
+    for line in ('text = inputs["TEXT"]', 'lang = inputs["LANG"]', "if lang is not None:",
+                 'strings = [s.decode("utf-8", "replace") for s in text.flat]',
+                 "sender.send(self._respond(request), flags=FINAL)", "using_decoupled_model_transaction_policy"):
+        assert line in model, line
+    code = [line for line in model.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in code if "send(flags=" in line], "a flags-only final response"
+    assert "threading" not in model and '"IN"' not in model  # not the repeat example
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_python_model_compute_is_the_reference_response(render_template, name):
+    """compute() of the decoupled model.py gives reference.responses()'s one response (optional inputs
+    given or left out), with the real triton_python_backend_utils of the embedded server's wheel."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("nvidia-pytriton (the embedded server, `pip install .[server]`) is not installed")
+    pb_utils_dir = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "backends" / "python"
+    project = render_template(TEMPLATE, language="python", signature=SIGNATURES[name])
+    sys.path.insert(0, str(pb_utils_dir))
+    try:
+        module_spec = importlib.util.spec_from_file_location(f"decoupled_model_{name}", python_model_file(project))
+        model = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(model)
+    finally:
+        sys.path.remove(str(pb_utils_dir))
+    reference = load_reference(project)
+    for seed in range(6):
+        inputs = reference.make_inputs(None, seed=seed)
+        [expected] = reference.responses(inputs)
+        outputs = model.compute({tensor: inputs.get(tensor) for tensor in model.INPUTS})
+        assert list(outputs) == list(expected)
+        for tensor, want in expected.items():
+            got = np.asarray(outputs[tensor])
+            assert (got.dtype, got.shape) == (want.dtype, want.shape), tensor
+            assert got.tolist() == want.tolist(), tensor
+
+
+@pytest.mark.slow
+def test_python_model_with_a_signature_passes_the_smoke_suite(render_template, server_or_skip):
+    """Served by the embedded tritonserver: gRPC streams each get one response equal to reference.py's,
+    flagged final; bad requests are refused."""
+    from triton_backend_gen.runtime import prepare_server
+    from triton_backend_gen.smoke import Endpoints, plan_smoke, run_smoke
+
+    project = load_project(render_template(TEMPLATE, language="python", triton_version="24.10",
+                                           signature=SIGNATURES["mixed"]))
+    with prepare_server(project) as triton:
+        results = run_smoke(plan_smoke(project), Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url))
+    failed = [f"{r.name} [{r.protocol}]: {r.detail}" for r in results if not r.passed]
+    assert not failed, "\n".join(failed)
+    assert any(r.name == "stream" and r.passed for r in results)

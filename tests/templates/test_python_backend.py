@@ -21,6 +21,7 @@ from conftest import build_native, read_config
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
+from triton_backend_gen.commands.templates_check import SIGNATURES as CHECKED_SIGNATURES
 from triton_backend_gen.project import BackendKind, load_project
 from triton_backend_gen.scaffold import read_answers_file
 
@@ -60,7 +61,9 @@ def rendered_files(project: Path) -> set[str]:
 
 def model_file(project: Path) -> Path:
     backend = project / "backends" / "my_backend" / "model.py"
-    return backend if backend.is_file() else project / "model_repository" / "add_sub" / "1" / "model.py"
+    if backend.is_file():
+        return backend
+    return project / "model_repository" / load_project(project).models[0].name / "1" / "model.py"
 
 
 def load_module(path: Path, name: str | None = None):
@@ -369,3 +372,128 @@ def test_native_extension_builds_warning_free_and_matches_reference(render_templ
     good = reference.make_inputs(1)["INPUT0"]
     with pytest.raises(ValueError, match="same shape"):
         native.add_sub(good, np.concatenate([good, good], axis=-1))
+
+
+# --------------------------------------------------------------------------- signatures of your own
+
+MIXED = CHECKED_SIGNATURES["mixed"].context()
+BYTES_IN = CHECKED_SIGNATURES["bytes-in"].context()
+# Tensor names whose lower case is a keyword, a name compute() uses, or another tensor's.
+AWKWARD = {
+    "inputs": [
+        {"name": "IN", "datatype": "BOOL", "dims": [2]},
+        {"name": "In", "datatype": "UINT8", "dims": [-1], "optional": True},
+        {"name": "N", "datatype": "FP64", "dims": [1]},
+    ],
+    "outputs": [
+        {"name": "NP", "datatype": "BOOL", "dims": [2]},
+        {"name": "inputs", "datatype": "INT8", "dims": [-1, 2]},
+        {"name": "FILLED", "datatype": "UINT16", "dims": [1]},
+    ],
+}
+
+
+def load_model(model_py: Path, pb_utils_dir: Path):
+    """The rendered model.py as a module, importing the real triton_python_backend_utils."""
+    sys.path.insert(0, str(pb_utils_dir))
+    try:
+        return load_module(model_py)
+    finally:
+        sys.path.remove(str(pb_utils_dir))
+
+
+def assert_same_outputs(actual: dict, expected: dict, tolerance: dict) -> None:
+    assert list(actual) == list(expected)
+    for name, want in expected.items():
+        got = np.asarray(actual[name])
+        assert got.dtype == want.dtype and got.shape == want.shape, (name, got.dtype, got.shape, want.shape)
+        if np.issubdtype(want.dtype, np.floating):
+            np.testing.assert_allclose(got, want, **tolerance, err_msg=name)
+        else:
+            assert got.tolist() == want.tolist(), name
+
+
+@pytest.mark.parametrize("batching", ["per_request", "vectorized"])
+def test_signature_model_names_each_tensor_and_shows_the_decoding(render_template, batching, tmp_path):
+    project = render_template(TEMPLATE, signature=MIXED, batching=batching)
+    model = model_file(project).read_text()
+    for line in ('text = inputs["TEXT"]  # BYTES [batch, 1]', 'lang = inputs["LANG"]', 'img = inputs["IMG"]',
+                 'k = inputs["K"]', "if lang is not None:", 'strings = [s.decode("utf-8", "replace") for s in text.flat]',
+                 '"TOKENS": ("TYPE_INT64", [-1])', "tokens = filled(n, (1,), np.int64)", '"LABEL": label,'):
+        assert line in model, line
+    assert ("np.concatenate" in model) == (batching == "vectorized")
+    assert "INPUT0" not in model and "OUTPUT0" not in model
+    py_compile.compile(str(model_file(project)), cfile=str(tmp_path / "model.pyc"), doraise=True)
+    config = read_config(project)
+    assert [(t.name, t.optional) for t in config.input] == [("TEXT", False), ("LANG", True), ("IMG", False), ("K", False)]
+    assert [t.name for t in config.output] == ["TOKENS", "LABEL", "SCORE"]
+
+
+@pytest.mark.parametrize("signature", [MIXED, BYTES_IN, AWKWARD], ids=["mixed", "bytes_in", "awkward_names"])
+@pytest.mark.parametrize("max_batch_size", [8, 0])
+def test_signature_compute_equals_the_reference(render_template, pb_utils_dir, signature, max_batch_size):
+    """compute() of model.py gives reference.compute()'s outputs, optional inputs present or not (None)."""
+    project = render_template(TEMPLATE, signature=signature, max_batch_size=max_batch_size)
+    model = load_model(model_file(project), pb_utils_dir)
+    reference = load_module(project / "reference.py")
+    assert list(model.INPUTS) == list(reference.INPUTS) and list(model.OUTPUTS) == list(reference.OUTPUTS)
+    for seed in range(6):
+        inputs = reference.make_inputs(1 + seed if max_batch_size else None, seed=seed)
+        given = {name: inputs.get(name) for name in model.INPUTS}  # None: left out, as the model reads it
+        assert_same_outputs(model.compute(given), reference.compute(inputs), reference.TOLERANCE)
+
+
+@pytest.mark.parametrize("dtype", ["BYTES", "BOOL", "UINT8", "INT8", "UINT64", "FP16", "FP64"])
+def test_add_sub_compute_equals_the_reference_in_every_dtype(render_template, pb_utils_dir, dtype):
+    project = render_template(TEMPLATE, dtype=dtype, dims="2,-1")
+    model = load_model(model_file(project), pb_utils_dir)
+    reference = load_module(project / "reference.py")
+    for batch_size in (1, 5):
+        inputs = reference.make_inputs(batch_size, seed=batch_size)
+        assert_same_outputs(model.compute(inputs), reference.compute(inputs), reference.TOLERANCE)
+    if dtype == "BYTES":  # an element that is no decimal integer is the request's fault
+        words = np.array([[b"12", b"twelve"]], dtype=np.object_)
+        with pytest.raises(model.BadRequest, match="decimal integer"):
+            model.compute({"INPUT0": words, "INPUT1": words})
+
+
+def test_auto_complete_leaves_tensors_and_batching_to_model_py(render_template, pb_utils_dir):
+    project = render_template(TEMPLATE, signature=MIXED, auto_complete=True)
+    config = read_config(project)
+    assert (config.backend, config.max_batch_size) == ("python", 0)
+    assert not config.input and not config.output and not config.HasField("dynamic_batching")
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    # What the server hands auto_complete_config for this config.pbtxt: no tensors, max_batch_size 0.
+    completed = auto_complete(model_file(project), pb_utils_dir,
+                              {"name": config.name, "backend": "python", "max_batch_size": 0, "input": [], "output": []})
+    assert completed["max_batch_size"] == 8 and "dynamic_batching" in completed
+    tensors = {t["name"]: (t["data_type"], t["dims"], t.get("optional", False)) for t in completed["input"]}
+    assert tensors == {"TEXT": ("TYPE_STRING", [1], False), "LANG": ("TYPE_STRING", [1], True),
+                       "IMG": ("TYPE_FP16", [3, -1], False), "K": ("TYPE_INT32", [1], False)}
+    assert [(t["name"], t["data_type"], t["dims"]) for t in completed["output"]] == [
+        ("TOKENS", "TYPE_INT64", [-1]), ("LABEL", "TYPE_STRING", [1]), ("SCORE", "TYPE_FP32", [4])]
+    # Without auto_complete the config declares everything itself.
+    assert read_config(render_template(TEMPLATE, project_name="declared", signature=MIXED)).max_batch_size == 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answers", [
+    {"signature": MIXED, "batching": "vectorized"},
+    {"signature": MIXED, "auto_complete": True},
+    {"dtype": "BYTES", "dims": "-1"},
+], ids=["mixed-vectorized", "mixed-auto_complete", "add_sub-BYTES"])
+def test_signature_projects_pass_the_smoke_suite_in_the_embedded_server(render_template, server_or_skip, answers):
+    """Rendered, served by the embedded tritonserver and smoke-tested: outputs equal reference.py's over HTTP
+    and gRPC, every batch size, concurrent (dynamically batched) requests, bad requests refused."""
+    from triton_backend_gen.runtime import prepare_server
+    from triton_backend_gen.smoke import Endpoints, plan_smoke, run_smoke, served_configs
+
+    project = load_project(render_template(TEMPLATE, triton_version="24.10", **answers))
+    with prepare_server(project) as triton:
+        endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        served = served_configs(project, endpoints)
+        assert bool(served) == bool(answers.get("auto_complete"))
+        results = run_smoke(plan_smoke(project, served=served), endpoints)
+    failed = [f"{r.name} [{r.protocol}]: {r.detail}" for r in results if not r.passed]
+    assert not failed, "\n".join(failed)
+    assert any(r.name.startswith("concurrent requests") for r in results)

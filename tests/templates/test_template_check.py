@@ -8,6 +8,7 @@ from conftest import cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen import versions
 from triton_backend_gen.commands.templates_check import (
+    SIGNATURES,
     build_rendered_project,
     check_rendered_project,
     check_templates,
@@ -16,15 +17,31 @@ from triton_backend_gen.commands.templates_check import (
 from triton_backend_gen.scaffold import get_template
 
 
-def test_matrix_is_the_product_of_choices_and_booleans_plus_an_edge_variant():
+def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_frameworks_the_signatures_and_patterns():
     cpp = get_template("cpp-backend")
     variants = list(option_matrix(cpp))
-    axes = [o for o in cpp.options if o.choices or o.kind is bool]
-    assert {o.key for o in axes} == {"dtype", "gpu", "dynamic_batching"}
-    assert len(variants) == math.prod(len(o.choices) or 2 for o in axes) + 1
-    assert variants[-1] == {"max_batch_size": 0, "dims": "-1"}
+    patterns = [{"pattern": p} for p in ("bls", "bls-async", "ensemble")]
+    assert variants[-len(patterns):] == patterns
+    variants = variants[:-len(patterns)]
+    axes = [o for o in cpp.options if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern")]
+    assert {o.key for o in axes} == {"gpu", "dynamic_batching"}
+    dtypes = cpp.option("dtype").choices
+    assert len(dtypes) == 14 and "BYTES" in dtypes and "BF16" in dtypes
+    product = math.prod(len(o.choices) or 2 for o in axes)
+    assert len(variants) == product + len(dtypes) - 1 + 1 + 2 + len(SIGNATURES)
+    assert [v["dtype"] for v in variants[product:product + len(dtypes) - 1]] == list(dtypes[1:])
+    assert variants[product + len(dtypes) - 1] == {"max_batch_size": 0, "dims": "-1"}
+    assert variants[product + len(dtypes):product + len(dtypes) + 2] == [{"framework": "libtorch"},
+                                                                         {"framework": "opencv-dnn"}]
+    assert [v["model_name"] for v in variants[-len(SIGNATURES):]] == ["mixed", "bytes_in"]
+    assert list(option_matrix(cpp, full=False)) == [*variants[:product], {"max_batch_size": 0, "dims": "-1"}]
     decoupled = list(option_matrix(get_template("decoupled-backend")))
-    assert decoupled == [{"language": "cpp"}, {"language": "python"}]
+    assert decoupled[:2] == [{"language": "cpp"}, {"language": "python"}]
+    assert decoupled[-2:] == [{"pattern": "bls-decoupled", "language": "cpp"},
+                              {"pattern": "bls-decoupled", "language": "python"}]
+    decoupled = decoupled[:-2]
+    assert [(v["signature"], v["language"]) for v in decoupled[2:]] == [
+        (s.context(), language) for s in SIGNATURES.values() for language in ("cpp", "python")]
 
 
 @pytest.mark.slow
@@ -86,15 +103,18 @@ def test_a_cpp_variant_without_cached_sources_is_skipped_with_the_reason(rendere
 @pytest.mark.slow
 @pytest.mark.parametrize("release", sorted({"24.10", "25.10", versions.newest().container}))
 def test_cpp_matrix_builds_loads_and_passes_the_smoke_suite(release, compiler_cache, server_or_skip):
-    """Each dtype x gpu x batching of cpp-backend, the edge variant and decoupled-backend (both languages),
-    rendered for ``release``, built with -Werror, checked against and smoke-tested in the 2.51 server."""
+    """gpu x batching of cpp-backend, the edge variant and decoupled-backend (both languages), rendered for
+    ``release``, built with -Werror, checked against and smoke-tested in the 2.51 server; at the server's own
+    release also every dtype and signature variant (the generated code does not depend on the release)."""
     target = versions.resolve(release)
     triton_sources_or_skip(target.branch)
     cmake_fits_or_skip(target)
-    report = check_templates(["cpp-backend", "decoupled-backend"], smoke=True, releases=[release])
+    full = release == "24.10"
+    report = check_templates(["cpp-backend", "decoupled-backend"], smoke=True, releases=[release], full=full)
     assert report.failures == []
     assert report.skipped == []
-    assert report.variants == len(list(option_matrix(get_template("cpp-backend")))) + 2
+    assert report.variants == sum(len(list(option_matrix(get_template(n), full=full)))
+                                  for n in ("cpp-backend", "decoupled-backend"))
 
 
 @pytest.mark.cpp
@@ -117,7 +137,7 @@ def test_cli_reports_the_variants_it_could_not_build(tmp_path):
                        env={"TBGEN_CACHE_DIR": str(tmp_path / "empty-cache")})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SKIP decoupled-backend [language=cpp triton_version=24.10]" in result.stdout
-    assert "2 variants" in result.stdout and "1 not built" in result.stdout
+    assert "8 variants" in result.stdout and "4 not built" in result.stdout  # 2 languages, 2 signatures, bls-decoupled
 
 
 def test_cli_refuses_an_unknown_release():

@@ -62,7 +62,7 @@ def test_sanitize_is_refused_for_python_projects(tmp_path):
 @pytest.mark.cpp
 @pytest.mark.slow
 def test_cpp_backend_passes_the_smoke_suite_under_asan_and_ubsan(tmp_path, compiler_cache, server_or_skip):
-    """Zero reports for the template; then a planted bug in the user's AddSub is reported and fails the run."""
+    """Zero reports for the template; then a planted bug in the user's Compute is reported and fails the run."""
     triton_sources_or_skip("r24.10")
     if shutil.which("gcc") is None:
         pytest.skip("no gcc: the sanitizer runtimes come with it")
@@ -75,10 +75,11 @@ def test_cpp_backend_passes_the_smoke_suite_under_asan_and_ubsan(tmp_path, compi
 
     source = project / "src" / "proj.cc"
     text = source.read_text()
-    marker = "  for (size_t i = 0; i < count; ++i) {"
+    marker = "  for (size_t i = 0; i < batch_size * a.row_size; ++i) {"
     assert marker in text
     # A shift by more than the width of int: undefined behaviour that UBSan reports and execution survives.
-    planted = "  volatile int width = 40 + static_cast<int>(count % 2);\n  output0[0] = static_cast<Element>(1 << width);\n"
+    planted = ("  volatile int width = 40 + static_cast<int>(batch_size % 2);\n"
+               "  sum[0] = static_cast<float>(1 << width);\n")
     source.write_text(text.replace(marker, planted + marker, 1))
     buggy = tbgen("test", str(project), "--sanitize", "address,undefined")
     assert buggy.returncode == 1, buggy.stdout + buggy.stderr

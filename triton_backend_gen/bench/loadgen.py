@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tritonclient.grpc import InferInput
 from tritonclient.grpc.aio import InferenceServerClient
-from tritonclient.utils import np_to_triton_dtype
+
+from triton_backend_gen.smoke.clients import wire_datatype
 
 
 @dataclass
@@ -24,18 +25,19 @@ class LoadResult:
     first_error: str = ""
 
 
-def run_load(url: str, model: str, inputs: Mapping[str, np.ndarray], *, concurrency: int, seconds: float,
-             decoupled: bool, warmup_s: float = 0.5) -> LoadResult:
-    """Keep ``concurrency`` requests in flight against ``model`` for ``seconds`` (after a warm-up)."""
-    return asyncio.run(_run(url, model, inputs, concurrency, seconds, decoupled, warmup_s))
+def run_load(url: str, model: str, inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], *,
+             concurrency: int, seconds: float, decoupled: bool, warmup_s: float = 0.5) -> LoadResult:
+    """Keep ``concurrency`` requests in flight against ``model`` for ``seconds`` (after a warm-up); each input
+    is sent as its declared datatype (``datatypes``; else its dtype's)."""
+    return asyncio.run(_run(url, model, inputs, datatypes, concurrency, seconds, decoupled, warmup_s))
 
 
-async def _run(url, model, inputs, concurrency, seconds, decoupled, warmup_s) -> LoadResult:
+async def _run(url, model, inputs, datatypes, concurrency, seconds, decoupled, warmup_s) -> LoadResult:
 
     def request_inputs() -> list:
         built = []
         for name, array in inputs.items():
-            tensor = InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor = InferInput(name, list(array.shape), wire_datatype(name, array, datatypes))
             tensor.set_data_from_numpy(array)
             built.append(tensor)
         return built

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from triton_backend_gen.discovery import WHEEL_LIBS
+from triton_backend_gen.smoke.clients import bfloat16_bytes
 
 EXECUTABLE = "perf_analyzer"
 NEEDED_LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}
@@ -54,13 +55,20 @@ def library_dir(dest: Path) -> Path | None:
     return dest
 
 
-def input_data(inputs: Mapping[str, np.ndarray], batched: bool) -> dict:
+def input_data(inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], batched: bool) -> dict:
     """perf_analyzer's --input-data JSON for one request's ``inputs`` (one sample, without the batch dim, when
-    the model batches: perf_analyzer repeats it ``-b`` times)."""
+    the model batches: perf_analyzer repeats it ``-b`` times). BYTES go as their strings (``content``), BF16
+    as its 16-bit patterns, the rest as their raw bytes."""
     entry = {}
     for name, array in inputs.items():
         sample = np.ascontiguousarray(array[0] if batched else array)
-        entry[name] = {"b64": base64.b64encode(sample.tobytes()).decode(), "shape": list(sample.shape)}
+        datatype = datatypes.get(name)
+        if datatype == "BYTES" or sample.dtype == np.object_:
+            strings = [v if isinstance(v, str) else bytes(v).decode("utf-8", "replace") for v in sample.flat]
+            entry[name] = {"content": strings, "shape": list(sample.shape)}
+            continue
+        raw = bfloat16_bytes(sample) if datatype == "BF16" else sample.tobytes()
+        entry[name] = {"b64": base64.b64encode(raw).decode(), "shape": list(sample.shape)}
     return {"data": [entry]}
 
 
@@ -87,6 +95,7 @@ def parse_csv(text: str) -> dict[str, float]:
     return {key.strip(): float(value) for key, value in rows[-1].items() if key and value not in (None, "")}
 
 
-def write_input_data(inputs: Mapping[str, np.ndarray], batched: bool, path: Path) -> Path:
-    path.write_text(json.dumps(input_data(inputs, batched)))
+def write_input_data(inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], batched: bool,
+                     path: Path) -> Path:
+    path.write_text(json.dumps(input_data(inputs, datatypes, batched)))
     return path

@@ -48,6 +48,7 @@ class Target:
     decoupled: bool
     batched: bool
     inputs: Mapping[str, np.ndarray]
+    datatypes: Mapping[str, str]  # each input's declared datatype (a BF16 array is float32)
     responses_per_request: int  # decoupled: responses the reference streams per request; else 1
 
 
@@ -67,7 +68,8 @@ class Bench:
                 seconds: float, progress: Callable[[str], None] = lambda line: None) -> BenchReport:
         """Load the server at ``http_url``/``grpc_url`` at each concurrency level for ``seconds``."""
         target = Target(self.spec.name, http_url, grpc_url, server_pid, self.spec.decoupled,
-                        self.spec.max_batch_size > 0, self.request, self.responses_per_request)
+                        self.spec.max_batch_size > 0, self.request, self.spec.input_datatypes,
+                        self.responses_per_request)
         tool = "perf_analyzer" if self.executable else BUILTIN
         report = BenchReport(self.spec.name, self.protocol, tool, self.batch_size, where)
         for level in concurrency:
@@ -85,7 +87,7 @@ def plan_bench(project: Project, *, model: str | None = None, protocol: str = "g
         raise UsageError(f"--protocol {protocol!r} is neither grpc nor http.", "Use --protocol grpc or --protocol http.")
     if tool not in TOOLS:
         raise UsageError(f"--tool {tool!r} is not one of {', '.join(TOOLS)}.", "Use --tool auto (the default).")
-    reference, [(spec, _config)] = load_model_specs(project, project.model(model))
+    [(reference, spec, _config)] = load_model_specs(project, project.model(model))
     if batch_size > 1 and spec.max_batch_size == 0:
         raise UsageError(f"{spec.name} does not batch (max_batch_size 0): --batch-size {batch_size} cannot be sent.",
                          "Drop --batch-size.")
@@ -124,7 +126,7 @@ def _measure_level(target: Target, concurrency: int, seconds: float, batch_size:
 def _perf_analyzer_level(target, concurrency, seconds, batch_size, protocol, executable, work_dir) -> tuple[dict, float]:
     work_dir.mkdir(parents=True, exist_ok=True)
     libs = pa.library_dir(work_dir / "lib")
-    data_file = pa.write_input_data(target.inputs, target.batched, work_dir / "input-data.json")
+    data_file = pa.write_input_data(target.inputs, target.datatypes, target.batched, work_dir / "input-data.json")
     with tempfile.NamedTemporaryFile(suffix=".csv", dir=work_dir, delete=False) as handle:
         csv_file = Path(handle.name)
     url = target.grpc_url if protocol == "grpc" else target.http_url
@@ -158,8 +160,8 @@ def _perf_analyzer_level(target, concurrency, seconds, batch_size, protocol, exe
 
 def _builtin_level(target, concurrency, seconds, batch_size) -> tuple[dict, float]:
     before = resource.getrusage(resource.RUSAGE_SELF)
-    result = run_load(target.grpc_url, target.model, target.inputs, concurrency=concurrency, seconds=seconds,
-                      decoupled=target.decoupled)
+    result = run_load(target.grpc_url, target.model, target.inputs, target.datatypes, concurrency=concurrency,
+                      seconds=seconds, decoupled=target.decoupled)
     after = resource.getrusage(resource.RUSAGE_SELF)
     if not result.latencies_us:
         raise ServerError(f"No request to {target.model} succeeded: {result.first_error or 'no answer'}.",

@@ -1,4 +1,5 @@
-"""`tbgen build` and `tbgen check`: build the project (toolchain), then check the library against a server.
+"""`tbgen build` and `tbgen check`: build the project (toolchain), then check the library against a server (or, for
+`tbgen check --docker`, resolve its libraries in a container image: toolchain.linkage).
 
 The toolchain builds and checks what it is given; finding the server to check against is done here, so
 that toolchain never looks for servers (discovery does, for the commands).
@@ -7,13 +8,18 @@ that toolchain never looks for servers (discovery does, for the commands).
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 
 from triton_backend_gen.discovery import ServerInstall, find_tritonserver
+from triton_backend_gen.engine import connect, default_image, ensure_image
 from triton_backend_gen.errors import BuildError, ServerError, UsageError
 from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.toolchain.build import BuildResult, Progress, build_kind, build_project
-from triton_backend_gen.toolchain.symbols import CheckReport, Finding, check_library
+from triton_backend_gen.toolchain.linkage import check_in_image
+from triton_backend_gen.toolchain.symbols import CheckReport, Finding, check_library, export_findings
+
+IMAGE_CHECK_LOG = "ldd-in-image.log"
 
 
 def build(project: Project, *, server: Path | None = None, gpu: bool | None = None, build_type: str = "Release",
@@ -48,10 +54,11 @@ def build_if_needed(project: Project, server: Path | None, sanitize: tuple[str, 
                          f"Run `tbgen check {project.root}` for the details.")
 
 
-def check(target: Path, server: Path | None = None) -> CheckReport:
-    """`tbgen check`: the built library of the project at ``target`` (or the library file ``target`` itself)."""
+def check(target: Path, server: Path | None = None, *, docker: bool = False, image: str | None = None) -> CheckReport:
+    """`tbgen check`: the built library of the project at ``target`` (or the library file ``target`` itself),
+    against a local server, or with ``docker`` in a container of ``image`` (default: the release's NGC image)."""
     target = Path(target)
-    release = None
+    project = None
     if target.is_file() and target.suffix == ".so":
         library = target
     else:
@@ -59,12 +66,33 @@ def check(target: Path, server: Path | None = None) -> CheckReport:
         if not project.is_cpp:
             raise UsageError(f"{project.name} is a python project: it has no C++ backend library to check.",
                              "tbgen check applies to C++ backends (cpp-backend, decoupled-backend language=cpp).")
-        library, release = project.library, project.release
+        library = project.library
         if not library.is_file():
             raise BuildError(f"{library} does not exist: the backend is not built.", f"Run `tbgen build {target}`.")
+    release = project.release if project is not None else None
+    if docker:
+        return check_in_image_of(library, project, image)
     install, notes = server_for_check(server)
     findings = (*check_library(library, install, release), *notes)
     return CheckReport(library, install.describe() if install else None, findings)
+
+
+def check_in_image_of(library: Path, project: Project | None, image: str | None) -> CheckReport:
+    """`tbgen check --docker`: the library's exports, and every library it needs resolved in ``image`` as the
+    server there loads it."""
+    if image is None and project is None:
+        raise UsageError(f"{library.name} is a library file: tbgen cannot tell which release's image to check it in.",
+                         "Add --image IMAGE, or check the project: tbgen check PROJECT --docker.")
+    image = image or default_image(project.release)
+    backend = project.backend if project is not None else library.stem.removeprefix("libtriton_")
+    client = connect()
+    ensure_image(client, image)
+    with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
+        log_file = project.runtime_dir / IMAGE_CHECK_LOG if project is not None else Path(scratch) / IMAGE_CHECK_LOG
+        labelled = project.root if project is not None else library.parent
+        findings = (*export_findings(library),
+                    *check_in_image(client, image, library, backend, labelled, log_file))
+    return CheckReport(library, f"the image {image}", findings)
 
 
 def server_for_check(explicit: Path | None) -> tuple[ServerInstall | None, list[Finding]]:

@@ -13,18 +13,15 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from triton_backend_gen import signature
 from triton_backend_gen.errors import ServerError, UsageError
-from triton_backend_gen.project import Project
+from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import start_server
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import load_reference
 
-# KServe v2 datatype names -> numpy
-_NUMPY = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-    "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
-    "FP32": np.float32, "FP64": np.float64, "BYTES": np.object_,
-}
+# KServe v2 datatype names -> the numpy dtype tritonclient sends (BF16 travels as float32)
+_NUMPY = {name: np.dtype(datatype.numpy) for name, datatype in signature.DATATYPES.items()}
 
 
 def parse_input_option(option: str) -> tuple[str, Any]:
@@ -45,14 +42,16 @@ def parse_input_option(option: str) -> tuple[str, Any]:
 
 
 def build_inputs(metadata: dict, config: dict, given: dict[str, Any], reference: Any | None) -> dict[str, np.ndarray]:
-    """Every input of the model: given ones cast to the declared datatype, the rest from reference.make_inputs."""
+    """Every input of the model: given ones cast to the declared datatype, the rest from reference.make_inputs
+    (optional inputs only when it makes them)."""
     declared = {i["name"]: i["datatype"] for i in metadata["inputs"]}
+    optional = {i["name"] for i in config.get("input", []) if i.get("optional")}
     inputs = _given_inputs(metadata["name"], declared, given)
-    missing = [name for name in declared if name not in inputs]
+    missing = [name for name in declared if name not in inputs and name not in optional]
     if missing and reference is not None:
         generated = reference.make_inputs(1 if int(config.get("max_batch_size", 0)) > 0 else None)
-        inputs.update({name: generated[name] for name in missing if name in generated})
-        missing = [name for name in declared if name not in inputs]
+        inputs.update({name: generated[name] for name in declared if name not in inputs and name in generated})
+        missing = [name for name in declared if name not in inputs and name not in optional]
     if missing:
         source = " (the project's reference.py makes no value for it)" if reference is not None else ""
         raise UsageError(f"No value for input {', '.join(missing)} of model {metadata['name']}{source}.",
@@ -79,7 +78,8 @@ def infer_once(
     """Run one request against ``url``, or against a server started (and stopped) for ``project``; inputs not
     given come from the project's reference.py (when there is a project)."""
     given = dict(parse_input_option(option) for option in input_options)
-    reference = load_reference(project.root) if project is not None and project.reference_file.is_file() else None
+    path = _reference_of(project, model) if project is not None else None
+    reference = load_reference(path) if path is not None and path.is_file() else None
     if url is None and project is None:
         raise UsageError("No tbgen project here to start a server for, and no --url.",
                          "Run inside a project (or pass --project DIR), or give --url HOST:PORT of a running server.")
@@ -159,3 +159,9 @@ def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: l
         client.stop_stream()
         client.close()
     return {name: np.stack([r[name] for r in responses]) if responses else np.array([]) for name in outputs}
+
+
+def _reference_of(project: Project, model: str) -> Path:
+    """The reference of ``model``: its [[models]] entry's, or the project's reference.py."""
+    entry: ModelEntry | None = next((entry for entry in project.models if entry.name == model), None)
+    return entry.reference if entry is not None and entry.reference is not None else project.reference_file

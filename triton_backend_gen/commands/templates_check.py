@@ -1,7 +1,10 @@
 """``tbgen templates check``: render every template over its option matrix and check what comes out.
 
-The matrix is the product of each template's choice and boolean options (dtype x gpu x language x native x
-batching ...), plus one edge variant without batching and with variable dims. Each rendered variant must:
+The matrix is the product of each template's choice and boolean options (gpu x language x native x batching
+...) at the default dtype, then one variant per other dtype, one edge variant without batching and with
+variable dims, one per framework (cpp-backend wrapping libtorch, opencv-dnn: with ``smoke``, its example model is
+exported as `tbgen new` does) and one per signature of SIGNATURES (a model's own tensors instead of the
+example's). Each rendered variant must:
 load as a tbgen project, pass ``tbgen validate``, byte-compile every Python file, and contain no unrendered
 Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere).
 
@@ -24,13 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triton_backend_gen import signature
 from triton_backend_gen.commands.build import build
 from triton_backend_gen.commands.test import run_project_tests
 from triton_backend_gen.discovery import find_tritonserver, gpus_visible
 from triton_backend_gen.errors import TbgenError
 from triton_backend_gen.model_config import validate_tree
 from triton_backend_gen.project import load_project
-from triton_backend_gen.scaffold import get_template, list_templates, render_new_project
+from triton_backend_gen.scaffold import compose, get_template, list_templates, render_new_project, write_example_model
 from triton_backend_gen.scaffold.templates import Template
 from triton_backend_gen.toolchain.build import build_kind
 from triton_backend_gen.toolchain.sources import cached_sources
@@ -38,6 +42,14 @@ from triton_backend_gen.toolchain.sources import cached_sources
 NATIVE_SUFFIXES = {".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".in", ".ldscript", ".map"}
 DEFAULT_NAME = "my-backend"
 _JINJA = re.compile(r"\{\{|\{%|%\}|\{#|#\}")
+# Signatures every template is checked with: several dtypes, BYTES both ways, an optional input, variable dims.
+SIGNATURES = {
+    "mixed": signature.from_flags(
+        ["TEXT:BYTES:1", "LANG:BYTES:1:optional", "IMG:FP16:3,-1", "K:INT32:1"],
+        ["TOKENS:INT64:-1", "LABEL:BYTES:1", "SCORE:FP32:4"],
+    ),
+    "bytes-in": signature.from_flags(["TEXT:BYTES:-1"], ["LENGTH:INT32:1", "COUNTS:INT64:4"]),
+}
 
 
 @dataclass
@@ -48,19 +60,39 @@ class CheckReport:
     skipped: list[str] = field(default_factory=list)
 
 
-def option_matrix(template: Template) -> Iterator[dict[str, Any]]:
-    """Every combination of the template's choice and boolean options, then the edge variant."""
-    axes = [(o.key, o.choices or (False, True)) for o in template.options if o.choices or o.kind is bool]
+def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str, Any]]:
+    """Every combination of the template's choice and boolean options but dtype, framework and pattern, then
+    each other dtype, the edge variant, each framework, the SIGNATURES and each composition pattern (without
+    ``full``: the combinations and the edge variant only)."""
+    axes = [(o.key, o.choices or (False, True)) for o in template.options
+            if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern")]
     keys = [key for key, _ in axes]
     for values in itertools.product(*(choices for _, choices in axes)):
         yield dict(zip(keys, values, strict=True))
+    dtype = template.option("dtype")
+    for choice in dtype.choices[1:] if dtype and full else ():
+        yield {"dtype": choice}
     edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option(k)}
     if edge:
         yield edge
+    framework = template.option("framework")
+    for choice in framework.choices[1:] if framework and full else ():
+        yield {"framework": choice}
+    language = template.option("language")
+    for name, tensors in SIGNATURES.items() if template.option("signature") and full else ():
+        for choice in language.choices if language else (None,):
+            yield {"signature": tensors.context(), "model_name": name.replace("-", "_"),
+                   **({"language": choice} if choice else {})}
+    for pattern in (p for p, names in compose.PATTERN_TEMPLATES.items() if template.name in names) if full else ():
+        for choice in language.choices if language else (None,):
+            yield {"pattern": pattern, **({"language": choice} if choice else {})}
 
 
 def describe(answers: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in answers.items()) or "defaults"
+    def shown(key: str, value: Any) -> str:
+        return signature.from_context(value).describe() if key == "signature" else str(value)
+
+    return " ".join(f"{k}={shown(k, v)}" for k, v in answers.items()) or "defaults"
 
 
 def check_templates(
@@ -69,14 +101,17 @@ def check_templates(
     build: bool = False,
     smoke: bool = False,
     releases: list[str] | None = None,
+    full: bool = True,
     progress: Callable[[str], None] = lambda line: None,
 ) -> CheckReport:
+    """Render (and with ``build``/``smoke`` build and smoke-test) each template's option matrix; ``full``: with
+    every dtype and signature variant (see option_matrix)."""
     templates = [get_template(n) for n in names] if names else list(list_templates())
     targets = _release_targets(releases, smoke)
     cpu_only = smoke and not gpus_visible()
     report = CheckReport()
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
-        for template, place, answers in _variants(templates, targets):
+        for template, place, answers in _variants(templates, targets, full):
             label = f"{template.name} [{describe(answers)}]"
             progress(f"checking {label}")
             project = Path(scratch) / place
@@ -84,6 +119,10 @@ def check_templates(
             report.variants += 1
             report.files += sum(1 for p in project.rglob("*") if p.is_file())
             instance_kind = "cpu" if cpu_only and answers.get("gpu") else None
+            example = write_example_model(project) if smoke else None
+            if example is not None and not example.path.exists():
+                report.skipped.append(f"{label}: {example.message}")
+                continue
             problems, skip = _variant_problems(project, template, build, smoke, instance_kind)
             if skip:
                 report.skipped.append(f"{label}: {skip}")
@@ -97,11 +136,12 @@ def _release_targets(releases: list[str] | None, smoke: bool) -> list[str | None
     return list(releases or []) or [_server_release() if smoke else None]
 
 
-def _variants(templates: list[Template], targets: list[str | None]) -> Iterator[tuple[Template, Path, dict[str, Any]]]:
+def _variants(templates: list[Template], targets: list[str | None],
+              full: bool = True) -> Iterator[tuple[Template, Path, dict[str, Any]]]:
     """(template, where to render it in the scratch directory, answers) of each template's option matrix for each
     release; the release goes into the answers of a template that has a triton_version option."""
     for template, release in itertools.product(templates, targets):
-        for index, answers in enumerate(option_matrix(template)):
+        for index, answers in enumerate(option_matrix(template, full=full)):
             if release and template.option("triton_version"):
                 answers = {**answers, "triton_version": release}
             # Every variant keeps the template's default project name: what differs between two variants is

@@ -18,7 +18,18 @@ from triton_backend_gen.project import Project
 from triton_backend_gen.runtime import TritonServer, prepare_server
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.signals import stop_on_signals
-from triton_backend_gen.smoke import Endpoints, SmokeResult, plan_fuzz, plan_smoke, run_fuzz, run_smoke
+from triton_backend_gen.smoke import (
+    Endpoints,
+    SmokeResult,
+    leaves_tensors_to_backend,
+    load_model_spec,
+    plan_fuzz,
+    plan_smoke,
+    run_fuzz,
+    run_smoke,
+    served_configs,
+    server_statistics,
+)
 
 
 @dataclass
@@ -31,6 +42,7 @@ class TestRunReport:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what tbgen changed for the run (e.g. the instance kind)
     results: list = field(default_factory=list)  # smoke.SmokeResult
+    statistics: list = field(default_factory=list)  # smoke.ModelStatistics of each model, once the suite ran
 
     @property
     def passed(self) -> bool:
@@ -49,9 +61,11 @@ def run_project_tests(
     gpu: bool = False,
     packaged: bool = False,
     instance_kind: str | None = None,
+    model: str | None = None,
     on_result: Callable[[object], None] = lambda result: None,
 ) -> TestRunReport:
-    """Smoke-test every model of ``project`` in a real server (started and stopped here).
+    """Smoke-test every model of ``project`` (or ``model``) in a real server (started and stopped here); the
+    report carries the server's statistics of every model the project lists.
 
     With ``sanitize`` the backend is built with those sanitizers, and any sanitizer report in the server
     log (read after the server stopped) fails the run. With ``docker`` the backend is built and served in a
@@ -59,22 +73,32 @@ def run_project_tests(
     ``packaged`` tests the image of `tbgen package` as it is (nothing built, nothing mounted);
     ``instance_kind`` ("cpu", "gpu") serves a copy of the models with instances of that kind."""
     check_test_options(sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind)
+    chosen = project.model(model) if model is not None else None
     if not packaged:
         build_if_needed(project, server, sanitize, docker=docker, image=image)
     triton = prepare_server(project, server=server, docker=docker or packaged, image=image, gpu=gpu,
                             mount=not packaged, instance_kind=instance_kind)
     served = triton.options.model_repository  # the project's, or its run copy with another instance kind
-    plan = plan_smoke(project, repository=served)
-    fuzz_cases = plan_fuzz(project, fuzz, seed, repository=served) if fuzz else []
+    # Planned before the server starts (a broken reference.py fails at once), unless a model leaves its tensors
+    # to auto-complete: then only the server knows them, and the plan is made once it has loaded the models.
+    auto_completed = any(leaves_tensors_to_backend(load_model_spec(m, served)[1]) for m in project.models)
+    plan = [] if auto_completed else plan_smoke(project, chosen, repository=served)
+    fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served) if fuzz and not auto_completed else []
     report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes))
     with stop_on_signals(), triton:
         _require_ready(project, triton)
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        if auto_completed:
+            completed = served_configs(project, endpoints, repository=served)
+            plan = plan_smoke(project, chosen, repository=served, served=completed)
+            fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served, served=completed) if fuzz else []
         healthy = lambda: triton.running  # noqa: E731
         report.results += run_smoke(plan, endpoints, is_healthy=healthy, progress=on_result)
         if fuzz_cases:
             fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
             report.results += fuzz_report.as_results()
+        if triton.running:
+            report.statistics = server_statistics(endpoints, [m.name for m in project.models])
     if triton.sanitizer_runtimes:
         report.results.append(_sanitizer_result(triton))
     return report

@@ -55,6 +55,7 @@ def _project_expectations(project: Project) -> dict[Path, Expectations]:
     # the stock python backend whatever tbgen.toml says.
     gpu = project.gpu if project.is_cpp else None
     return {
-        model.config_file.resolve(): Expectations(backend=backend, decoupled=model.decoupled, gpu=gpu)
+        model.config_file.resolve(): Expectations(backend=model.backend or backend, decoupled=model.decoupled,
+                                                  gpu=gpu if model.backend is None else None)
         for model in project.models
     }

@@ -43,6 +43,9 @@ _GLOG = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+\]\s?(.*)$")
 _TROUBLE = re.compile(r"fail|error|exception|traceback|unavailable|unable|cannot|invalid|not found", re.IGNORECASE)
 
 
+INTERRUPTED_STOP_TIMEOUT_S = 3.0  # how long a server may take to stop after Ctrl-C or SIGTERM before it is killed
+
+
 @dataclass
 class ServerOptions:
     model_repository: Path
@@ -139,8 +142,12 @@ class TritonServer(abc.ABC):
             self.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
+    def __exit__(self, exc_type, *exc_info) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Interrupted: what is still in flight is abandoned, so the server gets little time to finish it.
+            self.stop(timeout=INTERRUPTED_STOP_TIMEOUT_S)
+        else:
+            self.stop()
 
     @property
     @abc.abstractmethod

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from cookiecutter.environment import StrictEnvironment
 
-from triton_backend_gen import versions
+from triton_backend_gen import frameworks, signature, versions
 from triton_backend_gen.errors import AnswerError, UsageError
 from triton_backend_gen.scaffold import naming
 from triton_backend_gen.scaffold.templates import Option, Template
@@ -25,9 +25,14 @@ _TRUE = {"y", "yes", "true", "on", "1"}
 _FALSE = {"n", "no", "false", "off", "0"}
 INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 TENSOR_KEYS = ("input0_name", "input1_name", "output0_name", "output1_name")
-# Limits of the model configuration's fields: max_batch_size and instance counts are int32, dims int64.
+# The dtypes the python-backend's pybind11 add/sub (native=yes) is written for.
+NATIVE_DTYPES = ("FP32", "FP16", "INT32", "INT64")
+# The add/sub example's own answers: not asked for when the model has a signature of its own.
+EXAMPLE_KEYS = ("dtype", "dims", *TENSOR_KEYS)
+# The answers of a composed model: given by --pattern and --set, never asked for (see scaffold.compose).
+COMPOSE_KEYS = ("pattern", "callees", "selector")
+# Limits of the model configuration's fields: max_batch_size and instance counts are int32.
 INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 _CUDA_ARCHITECTURE = re.compile(r"[0-9]+[af]?")  # 80, 90a, 100f (ASCII digits only)
 
 
@@ -43,8 +48,9 @@ def parse_set_options(pairs: list[str]) -> dict[str, str]:
 
 
 def read_answers_file(path: Path) -> dict[str, Any]:
-    """Answers from a file: a project's tbgen.toml (its [answers], and its template as ``template``), a TOML
-    file of answers, or a JSON object."""
+    """Answers from a file: a project's tbgen.toml (its [answers], its template as ``template`` and its model's
+    signature), a TOML file of answers, or a JSON object. A ``[[models]]`` entry (there may be one) gives the
+    model's name and signature (``[[models.inputs]]``, ``[[models.outputs]]``)."""
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
@@ -52,6 +58,7 @@ def read_answers_file(path: Path) -> dict[str, Any]:
         raise UsageError(f"Cannot read answers from {path}: {err}", "Pass a tbgen.toml, or a TOML or JSON file.") from err
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a table of answers.", 'Example (TOML): dtype = "FP16"')
+    models = data.pop("models", None)
     if "answers" in data:  # a project's tbgen.toml
         answers, meta = data["answers"], data.get("tbgen", {})
         for name, table in (("answers", answers), ("tbgen", meta)):
@@ -63,12 +70,40 @@ def read_answers_file(path: Path) -> dict[str, Any]:
         answers = dict(answers)
         answers.pop("project_name", None)  # the new project's name comes from its path
         template = meta.get("template")
-        return {**answers, "template": template} if template else answers
-    return dict(data)
+        data = {**answers, "template": template} if template else answers
+    else:
+        data = dict(data)
+    if models is not None:
+        data.update(_model_answers(models, path))
+    return data
+
+
+def _model_answers(models: Any, path: Path) -> dict[str, Any]:
+    """The name and signature of the one ``[[models]]`` entry of an answers file."""
+    if not isinstance(models, list) or len(models) != 1 or not isinstance(models[0], dict):
+        count = len(models) if isinstance(models, list) else 0
+        raise UsageError(
+            f"{path}: [[models]] must hold one model for tbgen new, got {count or repr(models)}.",
+            'Example: [[models]] name = "txt", then [[models.inputs]] and [[models.outputs]] tables.',
+        )
+    model = models[0]
+    answers: dict[str, Any] = {"model_name": model["name"]} if "name" in model else {}
+    if "inputs" in model or "outputs" in model:
+        imported = model.get("imported", {})
+        config = imported.get("config", "") if isinstance(imported, dict) else ""
+        answers["signature"] = {"inputs": model.get("inputs", []), "outputs": model.get("outputs", []),
+                                "config": config}
+    return answers
 
 
 def coerce(option: Option, value: Any) -> Any:
     """``value`` converted to the option's type (strings from the command line included)."""
+    if option.kind is dict:
+        if isinstance(value, str) and value.strip():
+            raise AnswerError(f"{option.key} cannot be set with --set.",
+                              f"Give the tensors with {signature.FLAG_EXAMPLE}, or in an answers file.")
+        given = signature.from_context(value or None, option.key)
+        return given.context() if given else dict(signature.EMPTY)
     if option.kind is bool:
         if isinstance(value, bool):
             return value
@@ -100,17 +135,7 @@ def coerce(option: Option, value: Any) -> Any:
 
 def parse_dims(value: str) -> str:
     """Dims as written in answers: comma-separated, each positive or -1 ("16", "2,3", "-1")."""
-    parts = [p.strip() for p in str(value).replace(" ", "").strip("[]").split(",")]
-    try:
-        dims = [int(p) for p in parts]
-    except ValueError:
-        dims = []
-    if not dims or any(d == 0 or d < -1 or d > INT64_MAX for d in dims):
-        raise AnswerError(
-            f"dims must be a comma-separated list of positive sizes or -1 (variable), got {value!r}.",
-            "Examples: --set dims=16, --set dims=2,3, --set dims=-1",
-        )
-    return ",".join(str(d) for d in dims)
+    return ",".join(str(d) for d in signature.parse_dims(value))
 
 
 def _non_negative(key: str) -> Callable[[int], int]:
@@ -164,7 +189,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "instance_count": _positive("instance_count"),
     "instance_kind": _instance_kind,
     "cuda_architectures": _cuda_architectures,
-    **{key: naming.check_tensor_name for key in TENSOR_KEYS},
+    **{key: signature.check_tensor_name for key in TENSOR_KEYS},
 }
 
 # Defaults that follow from other answers through the release matrix rather than from cookiecutter.json.
@@ -199,7 +224,8 @@ def resolve_answers(template: Template, given: Mapping[str, Any], prompter: Prom
             answers[option.key] = _validate(option, given[option.key])
             continue
         default = _default(option, answers)
-        if prompter is None:
+        own_signature = bool(answers.get("signature", {}).get("inputs"))
+        if prompter is None or (own_signature and option.key in EXAMPLE_KEYS) or option.key in COMPOSE_KEYS:
             answers[option.key] = _validate(option, default)
         else:
             answers[option.key] = _ask_until_valid(prompter, option, default)
@@ -233,6 +259,25 @@ def _default(option: Option, answers: dict[str, Any]) -> Any:
 
 def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     """Rules that span several answers."""
+    given = signature.from_context(answers.get("signature"))
+    python = template.name == "python-backend" or answers.get("language") == "python"
+    framework = answers.get("framework", frameworks.NONE)
+    if framework != frameworks.NONE:
+        example = given is None and signature.add_sub(
+            answers.get("dtype", "FP32"), str(answers.get("dims", "16")),
+            {k: answers.get(k, k.upper().replace("_NAME", "")) for k in TENSOR_KEYS})
+        frameworks.check_signature(framework, given or example, own=given is not None,
+                                   batching=int(answers.get("max_batch_size", 0)) > 0)
+    if given is not None:
+        signature.validate(given, bf16=not python)
+        if python and (answers.get("native") or answers.get("python_based_backend")):
+            option = "native" if answers.get("native") else "python_based_backend"
+            raise AnswerError(f"{option} is an add/sub example and cannot serve a signature of your own.",
+                              f"Drop --set {option}=yes, or the --input/--output tensors.")
+        return  # the add/sub answers (dtype, dims, tensor names) are not used
+    if answers.get("native") and answers.get("dtype") not in NATIVE_DTYPES:
+        raise AnswerError(f"native (the pybind11 add/sub) is written for {', '.join(NATIVE_DTYPES)}, not "
+                          f"{answers.get('dtype')}.", "Pick one of those dtypes, or drop --set native=yes.")
     tensors = [answers[k] for k in TENSOR_KEYS if k in answers]
     duplicates = sorted({t for t in tensors if tensors.count(t) > 1})
     if duplicates:

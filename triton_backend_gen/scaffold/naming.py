@@ -82,12 +82,3 @@ def check_model_name(name: str) -> str:
             "Example: add_sub",
         )
     return name
-
-
-def check_tensor_name(name: str) -> str:
-    if not _TENSOR_RE.fullmatch(name):
-        raise AnswerError(
-            f"Invalid tensor name {name!r}: use letters, digits and '_', not starting with a digit.",
-            "Example: INPUT0",
-        )
-    return name

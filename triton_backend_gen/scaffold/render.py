@@ -12,7 +12,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,18 @@ from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.scaffold.templates import Template
 
 
-def render_project(template: Template, answers: Mapping[str, Any], target: Path, *, force: bool = False) -> Path:
-    """Render ``template`` with validated ``answers`` into ``target`` (whose name is the project name)."""
+def render_project(
+    template: Template,
+    answers: Mapping[str, Any],
+    target: Path,
+    *,
+    force: bool = False,
+    files: Mapping[Path, bytes] | None = None,
+    extend: Callable[[Path], None] | None = None,
+) -> Path:
+    """Render ``template`` with validated ``answers`` into ``target`` (whose name is the project name).
+    ``files``: more files of the project (relative paths), written with the rendered ones; ``extend``: called
+    with the rendered project before it is moved into place (the models of a composed project)."""
     target = target.absolute()
     if target.name != answers["project_name"]:
         raise ScaffoldError(f"Target {target} does not match project_name {answers['project_name']!r}.")
@@ -48,6 +58,11 @@ def render_project(template: Template, answers: Mapping[str, Any], target: Path,
     moved = False
     try:
         rendered = _render_with_cookiecutter(template, answers, staging)
+        for relative, data in (files or {}).items():
+            (rendered / relative).parent.mkdir(parents=True, exist_ok=True)
+            (rendered / relative).write_bytes(data)
+        if extend is not None:
+            extend(rendered)
         with _sigint_deferred():
             if _non_empty_dir(target):
                 _merge_into(rendered, target)
@@ -102,6 +117,11 @@ def _cannot_create(target: Path, err: OSError) -> UsageError:
         f"Cannot create {target}: {err.strerror or err}.",
         "Choose a path whose directories you can write to, with no name longer than 255 bytes.",
     )
+
+
+def render_into(template: Template, answers: Mapping[str, Any], output_dir: Path) -> Path:
+    """Render ``template`` into a new directory under ``output_dir`` (no checks, nothing moved); its path."""
+    return _render_with_cookiecutter(template, answers, output_dir)
 
 
 def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], output_dir: Path) -> Path:

@@ -21,7 +21,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 class Option:
     key: str
     default: Any  # as written in cookiecutter.json: may be a Jinja expression
-    kind: type  # bool, int or str
+    kind: type  # bool, int, str, or dict (the tensor signature)
     choices: tuple[str, ...] = ()
     help: str = ""
 
@@ -56,7 +56,7 @@ def _read_template(path: Path) -> Template:
         if isinstance(raw, list):
             options.append(Option(key, raw[0], str, tuple(raw), _prompt_text(prompts.get(key), key)))
         else:
-            kind = bool if isinstance(raw, bool) else int if isinstance(raw, int) else str
+            kind = bool if isinstance(raw, bool) else int if isinstance(raw, int) else dict if isinstance(raw, dict) else str
             options.append(Option(key, raw, kind, (), _prompt_text(prompts.get(key), key)))
     return Template(
         name=path.name,

@@ -2,7 +2,9 @@
 
 The suite is planned from a model's ``config.pbtxt`` and the project's ``reference.py`` (see
 docs/templates.md): :func:`plan_smoke` is pure (it reads files, it never contacts a server) and returns
-:class:`SmokeCheck` objects; :func:`run_smoke` runs them against the endpoints of a running server.
+:class:`SmokeCheck` objects; :func:`run_smoke` runs them against the endpoints of a running server. A model
+whose config.pbtxt leaves its tensors to the backend's auto-complete is planned from its config as served
+(:func:`served_configs`, asked once the server is up, passed to the plans as ``served``).
 
 - metadata and config as served match config.pbtxt (over HTTP and gRPC);
 - inference over HTTP and gRPC with ``reference.make_inputs``, outputs equal to ``reference.compute``
@@ -23,8 +25,8 @@ served configs), ``clients`` (tritonclient clients and gRPC streams), ``checks``
 the report, server memory) and ``fuzz_requests`` (the registry of fuzz kinds and what each case sends, over raw HTTP and gRPC).
 """
 
-from triton_backend_gen.smoke.checks import UNKNOWN_INPUT, bad_requests, plan_smoke
-from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints
+from triton_backend_gen.smoke.checks import UNKNOWN_INPUT, bad_requests, plan_smoke, served_configs
+from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints, ModelStatistics, server_statistics
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences, is_exact_dtype, output_mismatches
 from triton_backend_gen.smoke.fuzz import (
     GRPC_POOL_FACTOR,
@@ -46,6 +48,7 @@ from triton_backend_gen.smoke.model import (
     ModelSpec,
     SmokeError,
     TensorSpec,
+    leaves_tensors_to_backend,
     load_model_spec,
     load_reference,
     model_spec,
@@ -60,6 +63,7 @@ __all__ = [
     "REQUEST_TIMEOUT_S",
     "UNKNOWN_INPUT",
     "Endpoints",
+    "ModelStatistics",
     "FuzzCase",
     "FuzzReport",
     "ModelSpec",
@@ -72,6 +76,7 @@ __all__ = [
     "config_differences",
     "fuzz_tensors",
     "is_exact_dtype",
+    "leaves_tensors_to_backend",
     "load_model_spec",
     "load_reference",
     "memory_limit",
@@ -83,5 +88,7 @@ __all__ = [
     "run_fuzz",
     "run_fuzz_case",
     "run_smoke",
+    "server_statistics",
+    "served_configs",
     "write_junit_xml",
 ]

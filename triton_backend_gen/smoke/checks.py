@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -26,7 +26,14 @@ from triton_backend_gen.smoke.clients import (
     timeout_kwargs,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences
-from triton_backend_gen.smoke.model import ModelSpec, TensorSpec, load_model_specs, reference_mismatch
+from triton_backend_gen.smoke.model import (
+    ModelSpec,
+    TensorSpec,
+    leaves_tensors_to_backend,
+    load_model_spec,
+    load_model_specs,
+    reference_mismatch,
+)
 from triton_backend_gen.smoke.run import SmokeCheck
 
 if TYPE_CHECKING:
@@ -84,18 +91,41 @@ def _check_config(spec: ModelSpec, local: ModelConfig, protocol: str, endpoints:
         else:
             served = client.get_model_config(spec.name, **timeout_kwargs(protocol)).config
     problems = config_differences(local, served)
-    # proto3 does not list zero values as set: compare what the suite relies on explicitly.
-    for name, mine, theirs in (
-        ("max_batch_size", local.max_batch_size, served.max_batch_size),
-        ("model_transaction_policy.decoupled", local.model_transaction_policy.decoupled,
-         served.model_transaction_policy.decoupled),
-        ("dynamic_batching", local.HasField("dynamic_batching"), served.HasField("dynamic_batching")),
-    ):
+    # proto3 does not list zero values as set: compare what the suite relies on explicitly (but batching
+    # that config.pbtxt leaves to the backend's auto-complete, with the tensors, is the served one).
+    explicit = [("model_transaction_policy.decoupled", local.model_transaction_policy.decoupled,
+                 served.model_transaction_policy.decoupled)]
+    if not spec.auto_completed:
+        explicit += [
+            ("max_batch_size", local.max_batch_size, served.max_batch_size),
+            ("dynamic_batching", local.HasField("dynamic_batching"), served.HasField("dynamic_batching")),
+        ]
+    for name, mine, theirs in explicit:
         if mine != theirs and not any(p.startswith(name) for p in problems):
             problems.append(f"{name}: {mine!r} in config.pbtxt, {theirs!r} as served")
     if problems:
         raise AssertionError("served config differs from config.pbtxt: " + "; ".join(problems))
-    return f"{len(local.ListFields())} fields of config.pbtxt as served"
+    completed = " (tensors and batching auto-completed by the backend)" if spec.auto_completed else ""
+    return f"{len(local.ListFields())} fields of config.pbtxt as served{completed}"
+
+
+def _served_config(name: str, endpoints: Endpoints) -> ModelConfig:
+    with open_client("http", endpoints) as client:
+        return json_format.ParseDict(client.get_model_config(name), model_config_pb2.ModelConfig(),
+                                     ignore_unknown_fields=True)
+
+
+def served_configs(project: Project, endpoints: Endpoints, model: ModelEntry | None = None,
+                   repository: Path | None = None) -> dict[str, ModelConfig]:
+    """The configs as served of the models (``model``, or every model of the project) whose config.pbtxt leaves
+    the tensors to the backend's auto-complete, by name: what plan_smoke and plan_fuzz take as ``served``.
+    Asks the server only about such models (none: an empty dict, no server contact)."""
+    models = [model] if model is not None else list(project.models)
+    return {
+        entry.name: _served_config(entry.name, endpoints)
+        for entry in models
+        if leaves_tensors_to_backend(load_model_spec(entry, repository)[1])
+    }
 
 
 # ---- Checks: reference.py against the config ------------------------------------------------------------
@@ -117,7 +147,7 @@ def _tensor_problems(kind: str, arrays: dict[str, np.ndarray], tensors: tuple[Te
 def _array_problems(label: str, array: np.ndarray, tensor: TensorSpec, batch: int | None) -> list[str]:
     """How ``array`` disagrees with the dtype and dims (after ``batch``, when batched) of ``tensor``."""
     problems = []
-    if np_to_triton_dtype(array.dtype) != tensor.datatype:
+    if np_to_triton_dtype(array.dtype) != tensor.datatype and not (tensor.datatype == "BF16" and array.dtype == np.float32):
         problems.append(f"{label}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
     dims = ((batch,) if batch is not None else ()) + tensor.dims
     if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
@@ -255,7 +285,7 @@ def _check_stream(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) 
     with Stream(endpoints) as stream:
         for seed in (0, 1):
             inputs = reference.make_inputs(None, seed=seed)
-            stream.send(spec.name, inputs, request_id=f"seed{seed}")
+            stream.send(spec, inputs, request_id=f"seed{seed}")
             results = stream.collect([f"seed{seed}"])[f"seed{seed}"]
             _assert_stream_matches(spec, reference, results, inputs, f"seed {seed}")
             counts.append(len(results) - 1)
@@ -266,7 +296,7 @@ def _check_stream_many_requests(spec: ModelSpec, reference: ModuleType, endpoint
     requests = {f"r{seed}": reference.make_inputs(None, seed=seed) for seed in range(2, 6)}
     with Stream(endpoints) as stream:
         for request_id, inputs in requests.items():
-            stream.send(spec.name, inputs, request_id=request_id)
+            stream.send(spec, inputs, request_id=request_id)
         results = stream.collect(list(requests))
     for request_id, inputs in requests.items():
         _assert_stream_matches(spec, reference, results[request_id], inputs, f"request {request_id}")
@@ -279,7 +309,7 @@ def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints:
     def run(seed: int) -> None:
         with Stream(endpoints) as stream:
             inputs = reference.make_inputs(None, seed=seed)
-            stream.send(spec.name, inputs, request_id=f"c{seed}")
+            stream.send(spec, inputs, request_id=f"c{seed}")
             results = stream.collect([f"c{seed}"])[f"c{seed}"]
             _assert_stream_matches(spec, reference, results, inputs, f"stream {seed}")
 
@@ -292,7 +322,7 @@ def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endp
     expected = len(reference.responses(inputs))
     stream = Stream(endpoints)
     try:
-        stream.send(spec.name, inputs, request_id="cancelled")
+        stream.send(spec, inputs, request_id="cancelled")
         _result, error = stream.next()
         if error is not None:
             raise AssertionError(f"the request to be cancelled failed: {error_text(error)}")
@@ -304,7 +334,7 @@ def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endp
         assert_healthy(client, spec, "grpc", "a stream cancelled mid-way")
     with Stream(endpoints) as fresh:
         inputs = reference.make_inputs(None, seed=8)
-        fresh.send(spec.name, inputs, request_id="after")
+        fresh.send(spec, inputs, request_id="after")
         _assert_stream_matches(spec, reference, fresh.collect(["after"])["after"], inputs, "request after the cancel")
     when = "mid-stream" if received < expected else "after its last data response"
     return f"cancelled {when} ({received} of {expected} responses received); later streams answered"
@@ -342,7 +372,7 @@ def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str
                        endpoints: Endpoints) -> str:
     if spec.decoupled:
         with Stream(endpoints) as stream:
-            stream.send(spec.name, inputs, request_id="bad")
+            stream.send(spec, inputs, request_id="bad")
             _result, error = stream.next()
         if error is None:
             raise AssertionError(f"a request with {what} was answered instead of refused")
@@ -380,18 +410,24 @@ def _fail(message: str, _endpoints: Endpoints) -> str:
     raise AssertionError(message)
 
 
-def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Path | None = None) -> list[SmokeCheck]:
+def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Path | None = None,
+               served: Mapping[str, ModelConfig] | None = None) -> list[SmokeCheck]:
     """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py;
-    ``repository`` is the one served when it is not the project's (a run copy)."""
-    reference, specs = load_model_specs(project, model, repository)
+    ``repository`` is the one served when it is not the project's (a run copy). ``served``: the configs the
+    server completed for models whose config.pbtxt leaves the tensors to the backend (served_configs)."""
+    specs = load_model_specs(project, model, repository, served)
     plan = []
-    for spec, config in specs:
+    for reference, spec, config in specs:
         prefix = f"{spec.name}: " if len(specs) > 1 else ""
         plan += [SmokeCheck(prefix + c.name, c.protocol, c.run) for c in _plan_model(spec, config, reference)]
     return plan
 
 
 def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> list[SmokeCheck]:
+    if leaves_tensors_to_backend(config) and not spec.auto_completed:
+        message = (f"config.pbtxt of {spec.name} declares no tensors (the backend auto-completes them), and the "
+                   "suite was planned without the served config: plan it with served=served_configs(...)")
+        return [SmokeCheck("served config (auto-complete)", "-", partial(_fail, message))]
     mismatch = reference_mismatch(spec, reference)
     check = partial(_fail, mismatch) if mismatch else partial(_check_reference, spec, reference)
     plan = [SmokeCheck("reference.py matches config.pbtxt", "-", check)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Self
@@ -51,12 +51,26 @@ def timeout_kwargs(protocol: str) -> dict[str, float]:
     return {"client_timeout": REQUEST_TIMEOUT_S} if protocol == "grpc" else {}
 
 
-def infer_inputs(protocol: str, inputs: dict[str, np.ndarray]) -> list:
+def bfloat16_bytes(array: np.ndarray) -> bytes:
+    """Float values as BF16 on the wire: the high 16 bits of each float32, as tritonclient sends them."""
+    return (np.asarray(array, dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+
+
+def wire_datatype(name: str, array: np.ndarray, datatypes: Mapping[str, str]) -> str:
+    """The datatype ``array`` goes on the wire as: its dtype's, except float32 for an input declared BF16 (numpy
+    has no bfloat16: BF16 values travel as float32 arrays). A mismatch is sent as it is, for the server to judge."""
+    if datatypes.get(name) == "BF16" and array.dtype == np.float32:
+        return "BF16"
+    return np_to_triton_dtype(array.dtype)
+
+
+def infer_inputs(protocol: str, inputs: dict[str, np.ndarray], datatypes: Mapping[str, str]) -> list:
+    """``inputs`` as the client's tensors (see wire_datatype)."""
     module = _client_module(protocol)
     tensors = []
     for name, array in inputs.items():
         array = np.asarray(array)
-        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor = module.InferInput(name, list(array.shape), wire_datatype(name, array, datatypes))
         if protocol == "http":
             tensor.set_data_from_numpy(array, binary_data=True)
         else:
@@ -73,7 +87,8 @@ def infer(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndar
         else module.InferRequestedOutput(t.name)
         for t in spec.outputs
     ]
-    result = client.infer(spec.name, infer_inputs(protocol, inputs), outputs=outputs, **timeout_kwargs(protocol))
+    result = client.infer(spec.name, infer_inputs(protocol, inputs, spec.input_datatypes), outputs=outputs,
+                          **timeout_kwargs(protocol))
     return {t.name: result.as_numpy(t.name) for t in spec.outputs}
 
 
@@ -103,9 +118,10 @@ class Stream:
         self._client.start_stream(callback=lambda result, error: self._results.put((result, error)))
         self._closed = False
 
-    def send(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> None:
+    def send(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str) -> None:
         self._client.async_stream_infer(
-            model, infer_inputs("grpc", inputs), request_id=request_id, enable_empty_final_response=True
+            spec.name, infer_inputs("grpc", inputs, spec.input_datatypes), request_id=request_id,
+            enable_empty_final_response=True,
         )
 
     def next(self, timeout: float = REQUEST_TIMEOUT_S):
@@ -142,10 +158,55 @@ class Stream:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        # Leaving on an error or an interrupt cancels what is in flight: closing without cancelling waits for
+        # the server to finish every request of the stream, which a slow decoupled model makes minutes.
+        self.close(cancel=exc_type is not None)
 
 
 def is_final(result: Any) -> bool:
     parameter = result.get_response().parameters.get("triton_final_response")
     return bool(parameter is not None and parameter.bool_param)
+
+
+# ---- The server's statistics ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelStatistics:
+    """What the server counted for one model (all versions): requests, executions and their mean times."""
+
+    name: str
+    success: int  # requests answered
+    failed: int
+    executions: int  # executions of the model (a dynamic batch counts once)
+    inferences: int  # inferences (a batch of N counts N)
+    queue_us: float  # mean time a successful request waited in the queue
+    compute_us: float  # mean time of input + infer + output per successful request
+
+    def describe(self) -> str:
+        return (f"{self.success} ok, {self.failed} failed, {self.inferences} inferences in {self.executions} "
+                f"executions; queue {self.queue_us:.0f} us, compute {self.compute_us:.0f} us per request")
+
+
+def server_statistics(endpoints: Endpoints, models: list[str]) -> list[ModelStatistics]:
+    """The server's statistics of ``models`` (those it has none of are left out)."""
+    with open_client("http", endpoints) as client:
+        stats = client.get_inference_statistics().get("model_stats", [])
+    totals: dict[str, list[float]] = {}
+    for entry in stats:
+        s = entry.get("inference_stats", {})
+        ns = lambda key: float(s.get(key, {}).get("ns", 0))  # noqa: E731
+        count = lambda key: int(s.get(key, {}).get("count", 0))  # noqa: E731
+        row = [count("success"), count("fail"), int(entry.get("execution_count", 0)),
+               int(entry.get("inference_count", 0)), ns("queue"),
+               ns("compute_input") + ns("compute_infer") + ns("compute_output")]
+        totals[entry["name"]] = [a + b for a, b in zip(totals.get(entry["name"], [0] * 6), row, strict=True)]
+    result = []
+    for name in models:
+        if name in totals:
+            success, failed, executions, inferences, queue_ns, compute_ns = totals[name]
+            per = max(success, 1) * 1000.0
+            result.append(ModelStatistics(name, int(success), int(failed), int(executions), int(inferences),
+                                          queue_ns / per, compute_ns / per))
+    return result

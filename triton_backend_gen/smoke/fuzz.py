@@ -6,7 +6,7 @@ import http.client
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +25,8 @@ from triton_backend_gen.smoke.model import ModelSpec, load_model_specs, referenc
 from triton_backend_gen.smoke.run import SmokeResult
 
 if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
     from triton_backend_gen.project import ModelEntry, Project
 
 
@@ -96,17 +98,18 @@ class FuzzReport:
 
 
 def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | None = None,
-              repository: Path | None = None) -> list[FuzzCase]:
+              repository: Path | None = None, served: Mapping[str, ModelConfig] | None = None) -> list[FuzzCase]:
     """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``; models
-    that reference.py does not describe are left out (the smoke plan reports them)."""
-    reference, loaded = load_model_specs(project, model, repository)
-    specs = [spec for spec, _config in loaded if reference_mismatch(spec, reference) is None]
+    that reference.py does not describe are left out (the smoke plan reports them). ``served``: as for
+    plan_smoke."""
+    loaded = load_model_specs(project, model, repository, served)
+    specs = [(spec, reference) for reference, spec, _config in loaded if reference_mismatch(spec, reference) is None]
     if not specs:
         return []
     rng = random.Random(seed)
     cases = []
     for index in range(count):
-        spec = specs[index % len(specs)]
+        spec, reference = specs[index % len(specs)]
         kinds = [k for k in FUZZ_KINDS if _kind_applies(k, spec)]
         kind = rng.choices(kinds, weights=[FUZZ_KINDS[k][0] for k in kinds])[0]
         protocols = FUZZ_KINDS[kind][1]

@@ -18,10 +18,15 @@ from urllib.parse import quote
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import deserialize_bytes_tensor, np_to_triton_dtype, serialize_byte_tensor, triton_to_np_dtype
+from tritonclient.utils import (
+    deserialize_bf16_tensor,
+    deserialize_bytes_tensor,
+    serialize_byte_tensor,
+    triton_to_np_dtype,
+)
 
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT
-from triton_backend_gen.smoke.clients import Endpoints
+from triton_backend_gen.smoke.clients import Endpoints, bfloat16_bytes, wire_datatype
 from triton_backend_gen.smoke.compare import assert_outputs_match
 from triton_backend_gen.smoke.model import ModelSpec
 
@@ -114,13 +119,18 @@ class _Wire:
     payload: bytes
 
 
-def _wire_from_arrays(inputs: dict[str, np.ndarray]) -> list[_Wire]:
-
+def _wire_from_arrays(inputs: dict[str, np.ndarray], spec: ModelSpec) -> list[_Wire]:
+    """``inputs`` as they go on the wire, each of its declared datatype (BF16 arrays are float32)."""
     wires = []
     for name, array in inputs.items():
         array = np.asarray(array)
-        datatype = np_to_triton_dtype(array.dtype)
-        payload = serialize_byte_tensor(array).tobytes() if datatype == "BYTES" else array.tobytes()
+        datatype = wire_datatype(name, array, spec.input_datatypes)
+        if datatype == "BYTES":  # tritonclient gives the length-prefixed bytes as a 0-d object array
+            payload = serialize_byte_tensor(array).item() if array.size else b""
+        elif datatype == "BF16":
+            payload = bfloat16_bytes(array)
+        else:
+            payload = array.tobytes()
         wires.append(_Wire(name, datatype, list(array.shape), payload))
     return wires
 
@@ -143,7 +153,7 @@ def fuzz_tensors(case: FuzzCase, rng: random.Random, huge_mib: int | None = None
     the same for the same ``rng`` state."""
     spec = case.model
     batch = rng.choice(spec.batch_sizes)
-    wires = _wire_from_arrays(case.reference.make_inputs(batch, seed=rng.randrange(1000)))
+    wires = _wire_from_arrays(case.reference.make_inputs(batch, seed=rng.randrange(1000)), case.model)
     target = rng.randrange(len(wires))
     if case.kind == "unknown model":
         return rng.choice(["tbgen_no_such_model", spec.name + "_", "../" + spec.name,
@@ -214,7 +224,7 @@ def _duplicate_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], tar
 def _batch_too_large(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
                      huge_mib: int | None) -> list[_Wire]:
     too_big = case.model.max_batch_size + rng.randrange(1, 4 * case.model.max_batch_size + 1)
-    return _wire_from_arrays(case.reference.make_inputs(too_big, seed=rng.randrange(1000)))
+    return _wire_from_arrays(case.reference.make_inputs(too_big, seed=rng.randrange(1000)), case.model)
 
 
 def _empty_tensor(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
@@ -412,7 +422,7 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
     spec, reference = case.model, case.reference
     batch = rng.choice(spec.batch_sizes)
     inputs = reference.make_inputs(batch, seed=rng.randrange(1000))
-    wires = _wire_from_arrays(inputs)
+    wires = _wire_from_arrays(inputs, spec)
     if spec.decoupled:
         if protocol == "http":  # refused by design: HTTP does not serve decoupled models
             return send_wire("http", endpoints, spec.name, wires, spec, decoupled=True)
@@ -446,9 +456,11 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
 
 
 def _decode(datatype: str, shape: list[int], raw: bytes, to_np) -> np.ndarray:
-
+    """One output's raw bytes as the array tritonclient would give (BF16 as float32)."""
     if datatype == "BYTES":
         return deserialize_bytes_tensor(raw).reshape(shape)
+    if datatype == "BF16":
+        return deserialize_bf16_tensor(raw).reshape(shape)
     return np.frombuffer(raw, dtype=to_np(datatype)).reshape(shape)
 
 
@@ -476,7 +488,8 @@ def _fuzz_cancel(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> st
     """A valid request abandoned before its answer: the socket closed (HTTP), a deadline or a cancelled
     stream (gRPC). "cancelled", or "ok" when the answer beat the cancellation."""
     spec = case.model
-    wires = _wire_from_arrays(case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000)))
+    inputs = case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000))
+    wires = _wire_from_arrays(inputs, spec)
     if case.protocol == "http":
         body, headers = _http_body(spec, wires)
         connection = http.client.HTTPConnection(*_split(endpoints.http_url), timeout=FUZZ_TIMEOUT_S)
@@ -527,7 +540,8 @@ def _fuzz_malformed(case: FuzzCase, rng: random.Random, endpoints: Endpoints) ->
     """A request that is not a valid message: broken JSON or headers (HTTP), random bytes as the protobuf
     message (gRPC)."""
     spec = case.model
-    wires = _wire_from_arrays(case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000)))
+    inputs = case.reference.make_inputs(rng.choice(spec.batch_sizes), seed=rng.randrange(1000))
+    wires = _wire_from_arrays(inputs, spec)
     if case.protocol == "grpc":
         return _send_malformed_grpc(rng, endpoints, _grpc_request(spec.name, spec, wires).SerializeToString())
     body, headers = _malformed_http(rng, wires, *_http_body(spec, wires))

@@ -6,7 +6,8 @@ import hashlib
 import importlib.util
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -45,11 +46,19 @@ class ModelSpec:
     dynamic_batching: bool
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    # config.pbtxt leaves the tensors (and batching) to the backend's auto-complete: this spec is the served
+    # config's (see leaves_tensors_to_backend)
+    auto_completed: bool = False
 
     @property
     def batch_sizes(self) -> list[int | None]:
         """The batch sizes to test: 1..max_batch_size, or [None] for a model that does not batch."""
         return list(range(1, self.max_batch_size + 1)) if self.max_batch_size > 0 else [None]
+
+    @property
+    def input_datatypes(self) -> dict[str, str]:
+        """Each input's datatype: what a request declares (an array's dtype cannot tell BF16, sent as float32)."""
+        return {t.name: t.datatype for t in self.inputs}
 
     def served_shape(self, tensor: TensorSpec) -> list[int]:
         """The shape the server reports in the model metadata (-1 first for the batch dimension)."""
@@ -77,38 +86,61 @@ def model_spec(config: ModelConfig, name: str) -> ModelSpec:
     )
 
 
-def load_model_spec(model: ModelEntry, repository: Path | None = None) -> tuple[ModelSpec, ModelConfig]:
-    """The spec and config of ``model``, from the project's repository or ``repository`` (a run copy served
-    instead of it)."""
+def leaves_tensors_to_backend(config: ModelConfig) -> bool:
+    """config.pbtxt declares no input and no output: the backend declares them when the server loads the model
+    (the python backend's auto_complete_config), so only the served config tells the model's tensors and
+    batching."""
+    return not config.input and not config.output
+
+
+def load_model_spec(
+    model: ModelEntry, repository: Path | None = None, served: Mapping[str, ModelConfig] | None = None
+) -> tuple[ModelSpec, ModelConfig]:
+    """The spec and config.pbtxt's config of ``model``, from the project's repository or ``repository`` (a run
+    copy served instead of it). ``served``: configs as the server completed them, by model name (see
+    checks.served_configs); a model whose config.pbtxt leaves its tensors to the backend gets its spec from
+    there."""
     path = repository / model.name / model.config_file.name if repository is not None else model.config_file
     if not path.is_file():
         raise SmokeError(f"{path} does not exist.", f"tbgen.toml lists model '{model.name}'; add its config.pbtxt.")
     config = load_model_config(path)
+    if served is not None and model.name in served and leaves_tensors_to_backend(config):
+        return replace(model_spec(served[model.name], model.name), auto_completed=True), config
     return model_spec(config, model.name), config
 
 
 def load_model_specs(
-    project: Project, model: ModelEntry | None = None, repository: Path | None = None
-) -> tuple[ModuleType, list[tuple[ModelSpec, ModelConfig]]]:
-    """The project's reference.py and the spec + config of ``model`` (every model of the project when None),
-    each checked against reference.py's API; what both the smoke plan and the fuzz plan start from.
-    ``repository``: the repository the server serves, when it is a run copy of the project's."""
+    project: Project, model: ModelEntry | None = None, repository: Path | None = None,
+    served: Mapping[str, ModelConfig] | None = None,
+) -> list[tuple[ModuleType, ModelSpec, ModelConfig]]:
+    """For ``model`` (every model of the project when None): its reference (reference.py, or the file its
+    [[models]] entry names), spec and config.pbtxt's config, the reference checked against the API the model
+    needs; what both the smoke plan and the fuzz plan start from. ``repository``: the repository the server
+    serves, when it is a run copy of the project's; ``served``: the configs the server completed (see
+    load_model_spec)."""
     models = [model] if model is not None else list(project.models)
     if not models:
         raise SmokeError(f"{project.project_file} lists no models.", "Add a [[models]] entry.")
-    reference = load_reference(project.root)
-    specs = [load_model_spec(entry, repository) for entry in models]
-    for spec, _config in specs:
-        check_reference_api(reference, spec.decoupled)
-    return reference, specs
+    references: dict[Path, ModuleType] = {}
+    loaded = []
+    for entry in models:
+        spec, config = load_model_spec(entry, repository, served)
+        path = entry.reference or project.reference_file
+        if path not in references:
+            references[path] = load_reference(path)
+        check_reference_api(references[path], spec.decoupled)
+        loaded.append((references[path], spec, config))
+    return loaded
 
 
 # ---- reference.py ---------------------------------------------------------------------------------------
 
 
-def load_reference(project_root: Path) -> ModuleType:
-    """``<project_root>/reference.py`` imported under a module name of its own (projects never collide)."""
-    path = Path(project_root) / "reference.py"
+def load_reference(path: Path) -> ModuleType:
+    """A model's reference imported under a module name of its own (projects never collide): the file
+    ``path``, or ``path``/reference.py for a project's directory."""
+    path = Path(path)
+    path = path / "reference.py" if path.is_dir() else path
     if not path.is_file():
         raise SmokeError(
             f"{path} does not exist; the smoke suite compares the model's answers with it.",
@@ -130,8 +162,8 @@ def load_reference(project_root: Path) -> ModuleType:
 def reference_mismatch(spec: ModelSpec, reference: ModuleType) -> str | None:
     """Why reference.py cannot drive ``spec`` (its make_inputs lacks a required input of the model), or None.
 
-    A project has one reference.py; a model it does not describe (an ensemble listed beside the backend's
-    model, say) gets this message instead of requests built for another model."""
+    A model whose [[models]] entry names no reference of its own shares reference.py; a model it does not
+    describe gets this message instead of requests built for another model."""
     try:
         made = reference.make_inputs(spec.batch_sizes[0], seed=0)
     except Exception as err:  # noqa: BLE001 - the user's code: any failure is reported, not raised
@@ -141,8 +173,8 @@ def reference_mismatch(spec: ModelSpec, reference: ModuleType) -> str | None:
         return None
     return (f"reference.py does not describe model {spec.name}: its make_inputs gives "
             f"{', '.join(made) or 'nothing'}, the model takes {', '.join(t.name for t in spec.inputs)}. "
-            "reference.py describes one model: drop this model from tbgen.toml's [[models]] (it is still served), "
-            "or make reference.py cover its inputs.")
+            "Give the model a reference of its own (reference = \"references/<model>.py\" in its [[models]] entry), "
+            "or drop it from tbgen.toml's [[models]] (it is still served).")
 
 
 def check_reference_api(reference: ModuleType, decoupled: bool) -> None:

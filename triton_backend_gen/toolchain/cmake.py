@@ -30,6 +30,7 @@ _ERROR_LINE = re.compile(r"^CMake Error\b|\b(?:fatal )?error\s*:|undefined refer
 _FAILED_LINE = re.compile(r"^FAILED:")
 _NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 _MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
+_GLOB_CHECK = "Re-checking globbed directories"
 
 
 def cmake_executable() -> str:
@@ -142,7 +143,10 @@ class CMakeRun:
 
 
 def progress_of(line: str) -> tuple[int, int] | None:
-    """(done, total) from a build tool's progress line: Ninja's "[3/10] ..." or Make's "[ 30%] ..."."""
+    """(done, total) from a build tool's progress line: Ninja's "[3/10] ..." or Make's "[ 30%] ...". CMake's
+    check of the cmake/libraries/*.cmake glob (CONFIGURE_DEPENDS), which every build runs, is no progress."""
+    if _GLOB_CHECK in line:
+        return None
     match = _NINJA_PROGRESS.match(line)
     if match:
         return int(match.group(1)), int(match.group(2))

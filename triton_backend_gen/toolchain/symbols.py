@@ -6,11 +6,13 @@ Three checks, on the library's dynamic symbol table and its dependencies:
 - every ``TRITONBACKEND_*``/``TRITONSERVER_*`` symbol it imports is defined by the server's libtritonserver
   (catches headers newer than the server: a symbol the server lacks fails the load);
 - ``ldd`` finds every library it needs, with the server's library directories on LD_LIBRARY_PATH as the
-  runtime sets them and a ``libtritonserver.so`` name there (the wheel's file has a hashed name);
+  runtime sets them and a ``libtritonserver.so`` name there (the wheel's file has a hashed name); each one
+  missing is named with what needs it (``readelf -d`` of the backend and of its dependencies) and the fix;
 - (a warning) a CUDA runtime it links (``readelf -d``) is of the major version the target release ships.
 
 The parsers and the comparisons are pure; ``check_library`` runs nm, readelf and ldd. Which server to check
-against is the caller's choice (commands.build finds one).
+against is the caller's choice (commands.build finds one). The same check in a container image is
+toolchain.linkage's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +34,8 @@ API_PREFIXES = ("TRITONBACKEND_", "TRITONSERVER_")
 SERVER_LIBRARY = "libtritonserver.so"
 
 _NM_LINE = re.compile(r"^(?:[0-9a-fA-F]+)?\s+([A-Za-z])\s+(\S+)$")
-_LDD_MISSING = re.compile(r"^\s*(\S+)\s+=>\s+not found")
+_LDD_ARROW = re.compile(r"^\s*(\S+)\s+=>\s+(?:(not found)|(\S+))")
+_LDD_VERSION = re.compile(r"version `[^']+' not found")
 _NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 
@@ -54,6 +58,16 @@ class CheckReport:
     @property
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What ldd reported for one library: each dependency found (soname -> path), those not found, and its
+    lines about symbol versions a found library lacks (the library would not load either)."""
+
+    found: Mapping[str, str]
+    missing: tuple[str, ...]
+    version_errors: tuple[str, ...] = ()
 
 
 # --- decisions -------------------------------------------------------------------------------------------
@@ -80,7 +94,45 @@ def missing_api_symbols(imported: list[tuple[str, str]], server_defined: set[str
 
 def parse_ldd_missing(output: str) -> list[str]:
     """The libraries ``ldd`` reports as "not found"."""
-    return [match.group(1) for line in output.splitlines() if (match := _LDD_MISSING.match(line))]
+    return list(parse_ldd(output).missing)
+
+
+def parse_ldd(output: str) -> Resolution:
+    """ldd's output read: ``name => path (0x...)``, ``name => not found`` and ``version `V' not found`` lines
+    (the dynamic loader and the vDSO, which have no ``=>``, are left out)."""
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    versions: list[str] = []
+    for line in output.splitlines():
+        if _LDD_VERSION.search(line):
+            versions.append(line.strip())
+            continue
+        match = _LDD_ARROW.match(line)
+        if match is None:
+            continue
+        name = match.group(1)
+        if match.group(2):
+            if name not in missing:
+                missing.append(name)
+        else:
+            found[name] = match.group(3)
+    return Resolution(found, tuple(missing), tuple(dict.fromkeys(versions)))
+
+
+def needed_by(name: str, graph: Mapping[str, Iterable[str]], library: str) -> str:
+    """"libA.so needs" or "libA.so and libB.so need": what needs ``name``, as a phrase."""
+    needers = needers_of(name, graph, library)
+    return f"{' and '.join(needers)} {'needs' if len(needers) == 1 else 'need'}"
+
+
+def needers_of(name: str, graph: Mapping[str, Iterable[str]], library: str) -> list[str]:
+    """The objects whose NEEDED entries name ``name`` (``graph``: object name -> its NEEDED); ``library`` when
+    none is known (a library of a library this machine does not have)."""
+    found = sorted(obj for obj, needed in graph.items() if name in needed)
+    if library in found:  # the backend first
+        found.remove(library)
+        found.insert(0, library)
+    return found or [library]
 
 
 # --- running nm and ldd ----------------------------------------------------------------------------------
@@ -110,16 +162,21 @@ def cuda_findings(library: Path, release: versions.Release) -> list[Finding]:
     ]
 
 
+def export_findings(library: Path) -> list[Finding]:
+    """An error when ``library`` exports more than the TRITONBACKEND_* entry points."""
+    extra = unexpected_exports(dynamic_symbols(library, defined=True))
+    if not extra:
+        return []
+    shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
+    return [Finding("error", f"{library.name} exports symbols other than {EXPORT_PREFIX}*: {shown} "
+                             "(the version script should keep them local)")]
+
+
 def check_library(library: Path, server: ServerInstall | None,
                   release: versions.Release | None = None) -> list[Finding]:
     """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with ``release``,
     also a CUDA runtime of another major version than the release's image ships."""
-    findings = cuda_findings(library, release) if release is not None else []
-    extra = unexpected_exports(dynamic_symbols(library, defined=True))
-    if extra:
-        shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
-        findings.append(Finding("error", f"{library.name} exports symbols other than {EXPORT_PREFIX}*: {shown} "
-                                         "(the version script should keep them local)"))
+    findings = [*(cuda_findings(library, release) if release is not None else []), *export_findings(library)]
     if server is not None and server.libtritonserver is not None:
         server_defined = {name for _, name in dynamic_symbols(server.libtritonserver, defined=True)}
         for name in missing_api_symbols(dynamic_symbols(library, defined=False), server_defined):
@@ -134,13 +191,36 @@ def check_library(library: Path, server: ServerInstall | None,
             os.symlink(server.libtritonserver, Path(scratch) / SERVER_LIBRARY)
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join([*library_dirs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
-        missing = parse_ldd_missing(_run(["ldd", str(library)], env=env).stdout)
-    for name in missing:
-        if name == SERVER_LIBRARY and server is None:
-            findings.append(Finding("note", f"{SERVER_LIBRARY} is found only with a server (none to check with)"))
-        else:
-            findings.append(Finding("error", f"ldd cannot find {name}, which {library.name} needs"))
+        resolution = parse_ldd(_run(["ldd", str(library)], env=env).stdout)
+    if server is None and SERVER_LIBRARY in resolution.missing:
+        findings.append(Finding("note", f"{SERVER_LIBRARY} is found only with a server (none to check with)"))
+    missing = [name for name in resolution.missing if not (name == SERVER_LIBRARY and server is None)]
+    graph = needed_graph(library, resolution.found) if missing else {}
+    findings += missing_library_findings(missing, library.name, graph)
+    findings += [Finding("error", f"{line}: a library {library.name} links is older here than the one it was built "
+                                  "against") for line in resolution.version_errors]
     return findings
+
+
+def missing_library_findings(missing: Iterable[str], library: str,
+                             graph: Mapping[str, Iterable[str]]) -> list[Finding]:
+    """An error per library ``ldd`` cannot find on this machine, naming what needs it and the fix."""
+    return [
+        Finding("error", f"ldd cannot find {name}, which {needed_by(name, graph, library)}: "
+                         "install it on this machine (the runtime package of the library), or, for a library "
+                         "installed under a prefix, link it with `tbgen add library NAME --path PREFIX` (its lib/ "
+                         "then goes into the backend's RPATH)")
+        for name in missing
+    ]
+
+
+def needed_graph(library: Path, found: Mapping[str, str]) -> dict[str, list[str]]:
+    """The NEEDED entries of ``library`` and of each dependency found on this machine, by object name."""
+    graph = {library.name: needed_libraries(library)}
+    for name, path in found.items():
+        if Path(path).is_file():
+            graph[name] = needed_libraries(Path(path))
+    return graph
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -2,9 +2,22 @@
 
 from pathlib import Path
 
-# Files that exist only for the CUDA build (`gpu` answered true).
+# Files that exist only for the CUDA kernels (`gpu` answered true, no framework, no pattern).
 GPU_ONLY_FILES = ["src/kernels.cu", "src/kernels.h"]
+# Files of each framework (`framework` answered libtorch or opencv-dnn).
+FRAMEWORK_FILES = {
+    "libtorch": ["cmake/libraries/torch.cmake", "export_model.py"],
+    "opencv-dnn": ["cmake/libraries/opencv_dnn.cmake", "export_model.py"],
+}
+FRAMEWORK = "{{ cookiecutter.framework }}"
+PATTERN = "{{ cookiecutter.pattern }}"
 
-if not {{ cookiecutter.gpu }}:
+if not {{ cookiecutter.gpu }} or FRAMEWORK != "none" or PATTERN != "none":
     for relative in GPU_ONLY_FILES:
         Path(relative).unlink()
+kept = set(FRAMEWORK_FILES.get(FRAMEWORK, []))
+for relative in sorted({f for files in FRAMEWORK_FILES.values() for f in files} - kept):
+    Path(relative).unlink()
+libraries = Path("cmake/libraries")
+if not any(libraries.iterdir()):
+    libraries.rmdir()  # `tbgen add library` creates it again

@@ -1,50 +1,91 @@
-{%- set np_dtype = {'FP32': 'float32', 'FP16': 'float16', 'INT32': 'int32', 'INT64': 'int64'}[cookiecutter.dtype] -%}
-"""Numpy reference of the example computation of model "{{ cookiecutter.model_name }}".
+{%- import "family.j2" as family with context -%}
+{%- if family.pattern == 'bls' -%}
+{%- import "signature.j2" as sig with context -%}
+{%- set callees = cookiecutter.callees.split(',')|map('trim')|select|list -%}
+{%- set mbs = cookiecutter.max_batch_size|int -%}
+{%- set floats = sig.outputs|map(attribute='datatype')|list -%}
+{%- macro pytuple(dims) -%}({{ dims|join(', ') }}{{ ',' if dims|length == 1 else '' }}){%- endmacro -%}
+"""numpy reference of model "{{ cookiecutter.model_name }}", a BLS router: what the served model must answer.
 
-tests/ and `tbgen test` compare the backend's responses with ``compute(make_inputs(...))``. When you
-change the computation in src/{{ cookiecutter.backend_name }}.cc, change ``compute`` to match.
+Each request names a model in its {{ cookiecutter.selector }} input ({% if mbs > 0 %}[batch, 1]: the first row names the model of the
+whole request{% else %}[1]{% endif %}) and is answered with what that model answers for the other inputs. So compute()
+hands the inputs to the named model's own reference, references/<model>.py (loaded from there on first
+use: edit a callee's reference and this one follows), and make_inputs() makes a request for one of
+CALLEES, chosen by the seed.
+
+tests/ and `tbgen test` send make_inputs() to the server and compare its outputs with compute(), within
+TOLERANCE for floating-point outputs. When you change the routing in src/{{ cookiecutter.backend_name }}.cc, change
+compute() here to match.
 """
 
 from __future__ import annotations
 
+import importlib.util
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 
-INPUT0, INPUT1 = "{{ cookiecutter.input0_name }}", "{{ cookiecutter.input1_name }}"
-OUTPUT0, OUTPUT1 = "{{ cookiecutter.output0_name }}", "{{ cookiecutter.output1_name }}"
-DTYPE = np.{{ np_dtype }}
-TRITON_DTYPE = "{{ cookiecutter.dtype }}"
-DIMS = ({{ cookiecutter.dims.split(',') | map('trim') | join(', ') }},)  # without the batch dimension
-MAX_BATCH_SIZE = {{ cookiecutter.max_batch_size }}
-VARIABLE_DIM_SIZE = 4  # the size make_inputs gives a -1 dim
-
-{% if cookiecutter.dtype == 'FP16' -%}
-# The backend computes in float and rounds once to half; allow about two half-precision ulps.
-TOLERANCE = {"rtol": 2e-3, "atol": 1e-3}
-{%- elif cookiecutter.dtype == 'FP32' -%}
-TOLERANCE = {"rtol": 1e-6, "atol": 1e-6}
-{%- else -%}
-TOLERANCE = {"rtol": 0, "atol": 0}
+SELECTOR = "{{ cookiecutter.selector }}"
+CALLEES = ({% for c in callees %}"{{ c }}"{{ ', ' if not loop.last else (',' if loop.length == 1 else '') }}{% endfor %})  # the models make_inputs names, in turn by seed
+MAX_BATCH_SIZE = {{ mbs }}
+# name: (datatype, dims without the batch dimension (-1 = any size), optional), as config.pbtxt declares them
+INPUTS = {
+    SELECTOR: ("BYTES", (1,), False),
+{%- for t in sig.inputs %}
+    "{{ t.name }}": ("{{ t.datatype }}", {{ pytuple(t.dims) }}, {{ 'True' if t.optional else 'False' }}),
+{%- endfor %}
+}
+OUTPUTS = {
+{%- for t in sig.outputs %}
+    "{{ t.name }}": ("{{ t.datatype }}", {{ pytuple(t.dims) }}),
+{%- endfor %}
+}
+{%- if sig.add_sub %}
+INPUT0, INPUT1 = "{{ sig.inputs[0].name }}", "{{ sig.inputs[1].name }}"
+OUTPUT0, OUTPUT1 = "{{ sig.outputs[0].name }}", "{{ sig.outputs[1].name }}"
 {%- endif %}
+{%- if 'BF16' in floats %}
+TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}  # bfloat16 keeps 8 significant bits
+{%- elif 'FP16' in floats %}
+TOLERANCE = {"rtol": 2e-3, "atol": 1e-3}
+{%- elif 'FP32' in floats %}
+TOLERANCE = {"rtol": 1e-6, "atol": 1e-6}
+{%- elif 'FP64' in floats %}
+TOLERANCE = {"rtol": 1e-12, "atol": 1e-12}
+{%- else %}
+TOLERANCE = {"rtol": 0, "atol": 0}  # compared exactly
+{%- endif %}
+REFERENCES = Path(__file__).resolve().parent / "references"
 
 
-def input_shape(batch_size: int | None) -> tuple[int, ...]:
-    """The shape of each input of one request (``batch_size`` None when the model does not batch)."""
-    dims = tuple(VARIABLE_DIM_SIZE if d == -1 else d for d in DIMS)
-    return dims if batch_size is None else (batch_size, *dims)
+@cache
+def callee_reference(model: str) -> ModuleType:
+    """references/<model>.py, the reference of the model that ``model`` names."""
+    path = REFERENCES / f"{model}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: model {model!r} has no reference to compute its answers")
+    spec = importlib.util.spec_from_file_location(f"_{{ cookiecutter.backend_name }}_callee_{model}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_inputs(batch_size: int | None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic inputs for one request."""
-    rng = np.random.default_rng(seed)
-    shape = input_shape(batch_size)
-{%- if cookiecutter.dtype in ['FP32', 'FP16'] %}
-    return {name: rng.uniform(-10.0, 10.0, shape).astype(DTYPE) for name in (INPUT0, INPUT1)}
-{%- else %}
-    return {name: rng.integers(-1000, 1000, shape, dtype=DTYPE) for name in (INPUT0, INPUT1)}
-{%- endif %}
+    """Deterministic inputs for one request: CALLEES[seed % len(CALLEES)] in every row of the selector, and
+    that model's make_inputs for the rest."""
+    model = CALLEES[seed % len(CALLEES)]
+    shape = (1,) if batch_size is None else (batch_size, 1)
+    selector = np.full(shape, model.encode(), dtype=np.object_)
+    return {SELECTOR: selector, **callee_reference(model).make_inputs(batch_size, seed)}
 
 
 def compute(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The expected outputs for ``inputs``."""
-    a, b = inputs[INPUT0], inputs[INPUT1]
-    return {OUTPUT0: (a + b).astype(DTYPE), OUTPUT1: (a - b).astype(DTYPE)}
+    """The expected outputs for ``inputs``: what the model named by the selector's first element computes."""
+    first = np.asarray(inputs[SELECTOR]).flat[0]
+    model = first.decode() if isinstance(first, bytes) else str(first)
+    return callee_reference(model).compute({name: value for name, value in inputs.items() if name != SELECTOR})
+{% else -%}
+{% include "reference.py.j2" %}
+{% endif -%}

@@ -1,3 +1,5 @@
+{%- import "signature.j2" as sig with context -%}
+{%- if sig.add_sub -%}
 """numpy reference of the {{ cookiecutter.model_name }} model: the responses it must stream.
 
 Used by the project's tests and by tbgen's smoke tests (see tbgen's docs/templates.md): for one request,
@@ -16,6 +18,7 @@ TOLERANCE = {"rtol": 0, "atol": 0}
 EXAMPLE_LENGTH = 4
 EXAMPLE_DELAY_MS = 10
 EXAMPLE_WAIT_MS = 5
+MAX_DELAY_MS = 10000  # the longest DELAY (per element) and WAIT the model accepts
 
 
 def make_inputs(batch_size: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
@@ -36,7 +39,12 @@ def responses(inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     delays = np.asarray(inputs["DELAY"]).reshape(-1)
     if delays.size != values.size:
         raise ValueError(f"DELAY must have one element per element of IN ({values.size}), got {delays.size}")
+    if (delays > MAX_DELAY_MS).any() or np.asarray(inputs["WAIT"]).max() > MAX_DELAY_MS:
+        raise ValueError(f"DELAY and WAIT must be at most {MAX_DELAY_MS} ms: the model refuses the request")
     return [
         {"OUT": np.array([value], dtype=np.int32), "IDX": np.array([index], dtype=np.uint32)}
         for index, value in enumerate(values)
     ]
+{%- else -%}
+{% include "reference.py.j2" %}
+{%- endif %}

@@ -1,24 +1,25 @@
+{%- import "kernel.j2" as kernel with context -%}
+{%- import "cpp_names.j2" as cpp with context -%}
+{%- if kernel.add_sub -%}
 {%- set ctype = {'FP32': 'float', 'FP16': 'uint16_t', 'INT32': 'int32_t', 'INT64': 'int64_t'}[cookiecutter.dtype] -%}
 {%- set device_type = {'FP32': 'float', 'FP16': '__half', 'INT32': 'int32_t', 'INT64': 'int64_t'}[cookiecutter.dtype] -%}
-#include "kernels.h"
 {%- if cookiecutter.dtype == 'FP16' %}
-
 #include <cuda_fp16.h>
-{%- endif %}
 
+{% endif -%}
 #include <algorithm>
+
+#include "kernels.h"
 
 namespace triton { namespace backend { namespace {{ cookiecutter.backend_name }} {
 
 //
 // ============================ YOUR LOGIC (GPU) ==============================
-// One grid-stride loop over the elements; keep it in step with AddSub() in
-// {{ cookiecutter.backend_name }}.cc, which serves KIND_CPU instances.
+// One grid-stride loop over the elements; keep it in step with
+// Compute() in {{ cookiecutter.backend_name }}.cc, which serves KIND_CPU instances.
 //
 __global__ void
-AddSubKernel(
-    const {{ device_type }}* __restrict__ input0, const {{ device_type }}* __restrict__ input1,
-    {{ device_type }}* __restrict__ output0, {{ device_type }}* __restrict__ output1, const size_t count)
+{{ cpp.call(0, 'AddSubKernel', ['const ' ~ device_type ~ '* __restrict__ input0', 'const ' ~ device_type ~ '* __restrict__ input1', device_type ~ '* __restrict__ output0', device_type ~ '* __restrict__ output1', 'const size_t count'], '') }}
 {
   const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -38,9 +39,7 @@ AddSubKernel(
 // ============================================================================
 
 cudaError_t
-LaunchAddSub(
-    const {{ ctype }}* input0, const {{ ctype }}* input1, {{ ctype }}* output0,
-    {{ ctype }}* output1, const size_t count, cudaStream_t stream)
+{{ cpp.call(0, 'LaunchAddSub', ['const ' ~ ctype ~ '* input0', 'const ' ~ ctype ~ '* input1', ctype ~ '* output0', ctype ~ '* output1', 'const size_t count', 'cudaStream_t stream'], '') }}
 {
   if (count == 0) {
     return cudaSuccess;
@@ -61,3 +60,13 @@ LaunchAddSub(
 }
 
 }}}  // namespace triton::backend::{{ cookiecutter.backend_name }}
+{%- else -%}
+// CUDA side of the "{{ cookiecutter.backend_name }}" backend.
+//
+// This model has no CUDA kernel yet: KIND_GPU instances gather their inputs
+// into host memory and run Compute(), like KIND_CPU instances. Write kernels
+// here, declare them in kernels.h, and launch them from
+// src/{{ cookiecutter.backend_name }}.cc on the instance's stream (CudaStream()), as the
+// template's add/sub example does.
+#include "kernels.h"
+{%- endif %}

@@ -1,4 +1,5 @@
-"""Smoke tests of model "{{ cookiecutter.model_name }}" against a running server (see conftest.py)."""
+{%- import "signature.j2" as sig with context -%}
+"""Smoke tests of model "{{ cookiecutter.model_name }}" against a running server (see conftest.py), compared with reference.py."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from tritonclient.utils import InferenceServerException
 from conftest import MODEL_NAME
 import reference
 
-OUTPUTS = (reference.OUTPUT0, reference.OUTPUT1)
+OUTPUTS = tuple(reference.OUTPUTS)
 BATCH_SIZES = [1, reference.MAX_BATCH_SIZE] if reference.MAX_BATCH_SIZE > 0 else [None]
+REQUIRED = [name for name, (_, _, optional) in reference.INPUTS.items() if not optional]
 
 
 def infer(client, module, inputs, outputs=OUTPUTS):
+    """Send ``inputs``, each with its datatype from reference.INPUTS; the requested outputs as numpy arrays."""
     tensors = []
     for name, array in inputs.items():
-        tensor = module.InferInput(name, list(array.shape), reference.TRITON_DTYPE)
+        tensor = module.InferInput(name, list(array.shape), reference.INPUTS[name][0])
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
     requested = [module.InferRequestedOutput(name) for name in outputs]
@@ -31,37 +34,47 @@ def infer(client, module, inputs, outputs=OUTPUTS):
 def assert_matches_reference(got, inputs, outputs=OUTPUTS):
     expected = reference.compute(inputs)
     for name in outputs:
-        assert got[name].dtype == expected[name].dtype, name
-        assert got[name].shape == expected[name].shape, name
-        np.testing.assert_allclose(got[name], expected[name], **reference.TOLERANCE, err_msg=name)
+        want = expected[name]
+        assert got[name] is not None, f"{name} is missing from the response"
+        assert got[name].shape == want.shape, name
+        if reference.OUTPUTS[name][0] == "BYTES":  # compared exactly, as bytes
+            assert [bytes(v) for v in got[name].flat] == [bytes(v) for v in want.flat], name
+        else:
+            assert got[name].dtype == want.dtype, name
+            np.testing.assert_allclose(got[name], want, **reference.TOLERANCE, err_msg=name)
 
 
 def test_metadata_matches_reference(http_client):
     metadata = http_client.get_model_metadata(MODEL_NAME)
-    tensors = {t["name"]: t["datatype"] for t in metadata["inputs"] + metadata["outputs"]}
-    assert tensors == {name: reference.TRITON_DTYPE for name in (reference.INPUT0, reference.INPUT1, *OUTPUTS)}
+    assert {t["name"]: t["datatype"] for t in metadata["inputs"]} == {
+        name: datatype for name, (datatype, _, _) in reference.INPUTS.items()}
+    assert {t["name"]: t["datatype"] for t in metadata["outputs"]} == {
+        name: datatype for name, (datatype, _) in reference.OUTPUTS.items()}
 
 
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)
-def test_http_infer(http_client, batch_size):
-    inputs = reference.make_inputs(batch_size, seed=1)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_http_infer(http_client, batch_size, seed):
+    inputs = reference.make_inputs(batch_size, seed=seed)
     assert_matches_reference(infer(http_client, httpclient, inputs), inputs)
 
 
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)
-def test_grpc_infer(grpc_client, batch_size):
-    inputs = reference.make_inputs(batch_size, seed=2)
+@pytest.mark.parametrize("seed", [3, 4])
+def test_grpc_infer(grpc_client, batch_size, seed):
+    inputs = reference.make_inputs(batch_size, seed=seed)
     assert_matches_reference(infer(grpc_client, grpcclient, inputs), inputs)
 
 
 def test_one_requested_output(grpc_client):
-    inputs = reference.make_inputs(BATCH_SIZES[0], seed=3)
-    got = infer(grpc_client, grpcclient, inputs, outputs=(reference.OUTPUT1,))
-    assert_matches_reference(got, inputs, outputs=(reference.OUTPUT1,))
+    inputs = reference.make_inputs(BATCH_SIZES[0], seed=5)
+    got = infer(grpc_client, grpcclient, inputs, outputs=OUTPUTS[-1:])
+    assert_matches_reference(got, inputs, outputs=OUTPUTS[-1:])
 
 
 def test_concurrent_requests_each_get_their_own_result(grpc_client):
-    # Concurrent requests are what the dynamic batcher combines into one execution.
+    # Concurrent requests are what the dynamic batcher combines into one execution; their seeds vary the
+    # -1 dims and which optional inputs are present, so some line up in a batch and some do not.
     requests = [reference.make_inputs(BATCH_SIZES[0], seed=100 + i) for i in range(16)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda inputs: infer(grpc_client, grpcclient, inputs), requests))
@@ -69,8 +82,18 @@ def test_concurrent_requests_each_get_their_own_result(grpc_client):
         assert_matches_reference(got, inputs)
 
 
+def test_a_missing_required_input_is_refused(http_client):
+    inputs = reference.make_inputs(BATCH_SIZES[0], seed=6)
+    del inputs[REQUIRED[0]]
+    with pytest.raises(InferenceServerException):
+        infer(http_client, httpclient, inputs)
+    assert http_client.is_model_ready(MODEL_NAME)
+{%- if sig.add_sub %}
+
+
 def test_inputs_of_different_shapes_are_rejected(http_client):
     inputs = reference.make_inputs(BATCH_SIZES[0], seed=4)
     longer = np.concatenate([inputs[reference.INPUT1]] * 2, axis=-1)
     with pytest.raises(InferenceServerException):
         infer(http_client, httpclient, {reference.INPUT0: inputs[reference.INPUT0], reference.INPUT1: longer})
+{%- endif %}

@@ -1,3 +1,8 @@
+{%- import "signature.j2" as sig with context -%}
+{%- macro tensor(t) -%}
+{{ t.name }} {{ t.datatype }} [{{ t.dims|join(', ') }}]{% if t.reshape is not none %} (reshaped to [{{ t.reshape|join(', ') }}]){% endif %}{% if t.optional %} (optional){% endif %}
+{%- endmacro -%}
+{%- if sig.add_sub -%}
 // {{ cookiecutter.backend_name }}: a decoupled Triton backend.
 //
 // A decoupled model may send any number of responses per request, at any
@@ -9,6 +14,7 @@
 //   IN    INT32  [-1]  the values to stream back, one response each
 //   DELAY UINT32 [-1]  milliseconds to wait before each response
 //   WAIT  UINT32 [1]   milliseconds after which the request is released
+//                      (each at most 10000)
 //   OUT   INT32  [1]   IN[i]
 //   IDX   UINT32 [1]   i
 //
@@ -26,26 +32,74 @@
 // below, so no early return leaks one, every request gets exactly one final
 // flag, and every error is sent to the request it concerns.
 
+{%- else -%}
+// {{ cookiecutter.backend_name }}: a decoupled Triton backend.
+//
+// A decoupled model may send any number of responses per request, at any
+// time, and closes each request's stream with a response (or a bare flag)
+// carrying TRITONSERVER_RESPONSE_COMPLETE_FINAL. The model's tensors:
+{%- for t in sig.inputs %}
+//   in  {{ tensor(t) }}
+{%- endfor %}
+{%- for t in sig.outputs %}
+//   out {{ tensor(t) }}
+{%- endfor %}
+// This backend sends each request one response, computed by Compute() below
+// (a placeholder that fits the tensors) and flagged final, from the request's
+// response factory. To stream, send more responses from the factory before
+// the final one; a factory outlives its request, so a thread of your own may
+// go on streaming after execute has returned (the template's example without
+// a signature, Triton's "repeat" interface, streams that way).
+//
+// Errors: when a response factory cannot be created, execute returns the
+// error and Triton answers and releases every request of the call. Otherwise
+// each request's error travels in its final response, and every request is
+// released.
+{%- endif %}
+
 #include <algorithm>
+{%- if not sig.add_sub %}
+#include <charconv>
+{%- endif %}
+{%- if sig.add_sub %}
 #include <chrono>
 #include <condition_variable>
+{%- endif %}
 #include <cstdint>
 #include <cstring>
+{%- if sig.add_sub %}
 #include <future>
 #include <list>
+{%- endif %}
 #include <memory>
+{%- if sig.add_sub %}
 #include <mutex>
+{%- endif %}
+#include <optional>
 #include <string>
+{%- if sig.add_sub %}
 #include <system_error>
+{%- else %}
+#include <string_view>
+#include <type_traits>
+{%- endif %}
 #include <utility>
 #include <vector>
 
 #include "triton/backend/backend_common.h"
+{%- if not sig.add_sub %}
+#include "triton/backend/backend_input_collector.h"
+#include "triton/backend/backend_memory.h"
+{%- endif %}
 #include "triton/backend/backend_model.h"
 #include "triton/backend/backend_model_instance.h"
+{%- if not sig.add_sub %}
+#include "triton/backend/backend_output_responder.h"
+{%- endif %}
 #include "triton/core/tritonbackend.h"
 
 namespace triton { namespace backend { namespace {{ cookiecutter.backend_name }} {
+{%- if sig.add_sub %}
 
 using Clock = std::chrono::steady_clock;
 
@@ -182,7 +236,8 @@ class ResponseStream {
       }
       // No response to carry the error: log it and still end the stream.
       LOG_IF_ERROR(err, "failed creating error response");
-      LOG_MESSAGE(TRITONSERVER_LOG_ERROR, TRITONSERVER_ErrorMessage(owned.get()));
+      LOG_MESSAGE(
+          TRITONSERVER_LOG_ERROR, TRITONSERVER_ErrorMessage(owned.get()));
     }
     LOG_IF_ERROR(
         TRITONBACKEND_ResponseFactorySendFlags(
@@ -232,6 +287,9 @@ ReadInputValues(
       request, name, reinterpret_cast<char*>(values->data()), &read_size);
 }
 
+// The longest DELAY (per element) and WAIT a request may ask for.
+constexpr uint32_t kMaxDelayMs = 10000;
+
 // Read and check IN, DELAY and WAIT of one request. Triton has already checked
 // data types and shapes against the model configuration.
 TRITONSERVER_Error*
@@ -251,6 +309,20 @@ ReadRequest(TRITONBACKEND_Request* request, StreamJob* job)
       wait.size() == 1, TRITONSERVER_ERROR_INVALID_ARG,
       std::string("input 'WAIT' must have exactly one element, got ") +
           std::to_string(wait.size()));
+  // A client chooses how long the model sleeps: bounded, so that no request
+  // can hold a stream (or a model that waits for one) for hours.
+  const auto longest =
+      std::max_element(job->delay_ms.begin(), job->delay_ms.end());
+  RETURN_ERROR_IF_TRUE(
+      longest != job->delay_ms.end() && *longest > kMaxDelayMs,
+      TRITONSERVER_ERROR_INVALID_ARG,
+      std::string("input 'DELAY' must be at most ") +
+          std::to_string(kMaxDelayMs) + " ms per element, got " +
+          std::to_string(*longest));
+  RETURN_ERROR_IF_TRUE(
+      wait[0] > kMaxDelayMs, TRITONSERVER_ERROR_INVALID_ARG,
+      std::string("input 'WAIT' must be at most ") +
+          std::to_string(kMaxDelayMs) + " ms, got " + std::to_string(wait[0]));
   job->wait_ms = wait[0];
   return nullptr;  // success
 }
@@ -280,12 +352,29 @@ ModelState::ValidateModelConfig()
           std::to_string(MaxBatchSize()));
 
   // Change these tables together with config.pbtxt when your tensors change.
+  // {name, data type, config.pbtxt's data_type, dims, reshape, optional}
   const std::vector<TensorSpec> inputs = {
-      {"IN", "TYPE_INT32", {-1}},
-      {"DELAY", "TYPE_UINT32", {-1}},
-      {"WAIT", "TYPE_UINT32", {1}}};
+      {"IN", TRITONSERVER_TYPE_INT32, "TYPE_INT32", {-1}, std::nullopt, false},
+      {"DELAY",
+       TRITONSERVER_TYPE_UINT32,
+       "TYPE_UINT32",
+       {-1},
+       std::nullopt,
+       false},
+      {"WAIT",
+       TRITONSERVER_TYPE_UINT32,
+       "TYPE_UINT32",
+       {1},
+       std::nullopt,
+       false}};
   const std::vector<TensorSpec> outputs = {
-      {"OUT", "TYPE_INT32", {1}}, {"IDX", "TYPE_UINT32", {1}}};
+      {"OUT", TRITONSERVER_TYPE_INT32, "TYPE_INT32", {1}, std::nullopt, false},
+      {"IDX",
+       TRITONSERVER_TYPE_UINT32,
+       "TYPE_UINT32",
+       {1},
+       std::nullopt,
+       false}};
   return ValidateTensors(this, inputs, outputs);
 }
 
@@ -370,7 +459,8 @@ ModelInstanceState::ProcessRequests(
   SET_TIMESTAMP(exec_start_ns);
 
   // One response factory per request, or none at all and the error, which
-  // hands every request back to Triton (see TRITONBACKEND_ModelInstanceExecute).
+  // hands every request back to Triton (see
+  // TRITONBACKEND_ModelInstanceExecute).
   std::vector<TRITONBACKEND_ResponseFactory*> factories;
   RETURN_IF_ERROR(NewPerRequest(
       requests, request_count, TRITONBACKEND_ResponseFactoryNew,
@@ -392,10 +482,9 @@ ModelInstanceState::ProcessRequests(
       continue;
     }
     try {
-      workers_.push_back(
-          std::async(std::launch::async, [this, job]() mutable {
-            Stream(std::move(job));
-          }));
+      workers_.push_back(std::async(std::launch::async, [this, job]() mutable {
+        Stream(std::move(job));
+      }));
     }
     catch (const std::system_error& ex) {
       // No thread for this request: end its stream with the reason.
@@ -499,6 +588,115 @@ ModelInstanceState::ReleaseRequest(StreamJob& job, bool success)
       job.request.get(), success, job.exec_start_ns, job.compute_start_ns);
   job.request.reset();
 }
+
+{%- else %}
+
+// ResponseFactoryDeleter comes from backend_common.h.
+using ResponseFactoryPtr =
+    std::unique_ptr<TRITONBACKEND_ResponseFactory, ResponseFactoryDeleter>;
+
+{% include "backend_helpers.cc.j2" %}
+{% include "backend_tensors.cc.j2" %}
+
+{% include "backend_compute.cc.j2" %}
+
+{% include "backend_executor.cc.j2" %}
+
+// The configuration must be decoupled and declare the tensors of the table.
+TRITONSERVER_Error*
+ModelState::ValidateModelConfig()
+{
+  // Responses go through a response factory, so the model must be decoupled.
+  bool decoupled = false;
+  common::TritonJson::Value policy;
+  if (ModelConfig().Find("model_transaction_policy", &policy)) {
+    common::TritonJson::Value value;
+    if (policy.Find("decoupled", &value)) {
+      RETURN_IF_ERROR(value.AsBool(&decoupled));
+    }
+  }
+  RETURN_ERROR_IF_FALSE(
+      decoupled, TRITONSERVER_ERROR_INVALID_ARG,
+      ModelPrefix(Name()) + "model_transaction_policy.decoupled must be true");
+  return ValidateTensors(this, kInputs, kOutputs);
+}
+
+//
+// ModelInstanceState: one per instance of the model (instance_group). Triton
+// calls an instance's execute from one thread at a time.
+//
+class ModelInstanceState : public BackendModelInstance {
+ public:
+  using BackendModelInstance::BackendModelInstance;
+
+  // Answers each request with one response, flagged final (see
+  // TRITONBACKEND_ModelInstanceExecute for the error contract).
+  TRITONSERVER_Error* ProcessRequests(
+      TRITONBACKEND_Request** requests, const uint32_t request_count);
+
+ private:
+  BatchExecutor executor_{this};
+};
+
+TRITONSERVER_Error*
+ModelInstanceState::ProcessRequests(
+    TRITONBACKEND_Request** requests, const uint32_t request_count)
+{
+  Timestamps times;
+  SET_TIMESTAMP(times.exec_start_ns);
+
+  // One response factory per request, or none at all and the error, which
+  // hands every request back to Triton (see
+  // TRITONBACKEND_ModelInstanceExecute).
+  std::vector<TRITONBACKEND_ResponseFactory*> raw_factories;
+  RETURN_IF_ERROR(NewPerRequest(
+      requests, request_count, TRITONBACKEND_ResponseFactoryNew,
+      TRITONBACKEND_ResponseFactoryDelete, &raw_factories));
+  // From here on the requests are ours: each stream ends with a final flag
+  // (an error travels in its final response), and each request is released.
+  std::vector<ResponseFactoryPtr> factories;
+  std::vector<TRITONBACKEND_Response*> responses(request_count, nullptr);
+  for (uint32_t r = 0; r < request_count; ++r) {
+    factories.emplace_back(raw_factories[r]);
+    TRITONSERVER_Error* err =
+        TRITONBACKEND_ResponseNewFromFactory(&responses[r], factories[r].get());
+    if (err != nullptr) {
+      // No response to carry the error: log it and end the stream.
+      LOG_IF_ERROR(err, "failed creating response");
+      responses[r] = nullptr;
+      LOG_IF_ERROR(
+          TRITONBACKEND_ResponseFactorySendFlags(
+              factories[r].get(), TRITONSERVER_RESPONSE_COMPLETE_FINAL),
+          "failed sending final flag");
+    }
+  }
+  const uint64_t executed_batch_size =
+      executor_.Execute(requests, request_count, &responses, &times);
+
+  // Your streaming logic goes here: this sends one response per request with
+  // the final flag; to stream, send earlier responses from factories[r] with
+  // flags 0 (see the file's first comment).
+  for (uint32_t r = 0; r < request_count; ++r) {
+    if (responses[r] != nullptr) {
+      LOG_IF_ERROR(
+          TRITONBACKEND_ResponseSend(
+              responses[r], TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr),
+          "failed sending response");
+    }
+  }
+  SET_TIMESTAMP(times.exec_end_ns);
+  ReportStatistics(
+      TritonModelInstance(), requests, responses, executed_batch_size, times);
+
+  for (uint32_t r = 0; r < request_count; ++r) {
+    LOG_IF_ERROR(
+        TRITONBACKEND_RequestRelease(
+            requests[r], TRITONSERVER_REQUEST_RELEASE_ALL),
+        "failed releasing request");
+  }
+  return nullptr;  // success: every request is answered and released
+}
+{%- endif %}
 
 {% include "backend_api.cc.j2" %}
 }}}  // namespace triton::backend::{{ cookiecutter.backend_name }}

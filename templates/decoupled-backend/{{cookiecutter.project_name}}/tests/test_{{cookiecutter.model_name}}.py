@@ -1,20 +1,26 @@
+{%- import "signature.j2" as sig with context -%}
 """Streaming tests of {{ cookiecutter.model_name }} over gRPC, compared with reference.py.
 
 A decoupled model answers only on a gRPC stream. ``enable_empty_final_response=True`` makes the server
-forward the final flag (an empty response) so that the client knows when a request's stream has ended.
+forward the final flag also when it comes alone (an empty response), so that the client knows when a
+request's stream has ended.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+{%- if sig.add_sub %}
 import time
+{%- endif %}
 
 import numpy as np
 import pytest
 import reference
 from conftest import MODEL_NAME
+{%- if sig.add_sub %}
 from tritonclient.utils import np_to_triton_dtype
+{%- endif %}
 
 TIMEOUT_S = 30
 
@@ -31,7 +37,12 @@ class Stream:
     def send(self, inputs: dict[str, np.ndarray], request_id: str = "") -> None:
         tensors = []
         for name, array in inputs.items():
+{%- if sig.add_sub %}
             tensor = self._grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+{%- else %}
+            # Each with the datatype config.pbtxt declares (tritonclient sends float32 arrays as BF16).
+            tensor = self._grpcclient.InferInput(name, list(array.shape), reference.INPUTS[name][0])
+{%- endif %}
             tensor.set_data_from_numpy(array)
             tensors.append(tensor)
         self._client.async_stream_infer(
@@ -65,19 +76,29 @@ def is_final(result) -> bool:
 
 
 def check_stream(results: list, inputs: dict[str, np.ndarray]) -> None:
-    """The responses of one request equal reference.responses(), in order, then an empty final response."""
+    """The responses of one request equal reference.responses(), in order, and only the last is flagged final:
+    {% if sig.add_sub %}here an empty response after the data{% else %}here the one response carries it{% endif %}."""
     expected = reference.responses(inputs)
-    *data, final = results
+    *earlier, last = results
+    assert all(not is_final(result) for result in earlier), "a response is flagged final before the stream ended"
+    assert is_final(last), "the last response is not flagged final"
+    data = [result for result in results if result.get_response().outputs]
     assert len(data) == len(expected), f"expected {len(expected)} data responses, got {len(data)}"
     for index, (result, want) in enumerate(zip(data, expected)):
-        assert not is_final(result), f"response {index} is flagged final before the stream ended"
         for name, array in want.items():
             got = result.as_numpy(name)
             assert got is not None, f"response {index} lacks output {name}"
-            assert got.dtype == array.dtype and got.shape == array.shape, (name, got.dtype, got.shape)
-            np.testing.assert_array_equal(got, array, err_msg=f"response {index}, output {name}")
-    assert is_final(final), "the last response is not flagged final"
-    assert final.as_numpy("OUT") is None and final.as_numpy("IDX") is None, "the final response is not empty"
+            assert got.shape == array.shape, (name, got.shape)
+            if array.dtype == np.object_:  # BYTES: compared exactly, as bytes
+                assert [bytes(v) for v in got.flat] == [bytes(v) for v in array.flat], f"response {index}, {name}"
+            else:
+                assert got.dtype == array.dtype, (name, got.dtype)
+                np.testing.assert_allclose(got, array, **reference.TOLERANCE, err_msg=f"response {index}, {name}")
+{%- if sig.add_sub %}
+    assert not last.get_response().outputs, "the final response is not empty"
+{%- else %}
+    assert last in data, "the final flag did not come with the response"
+{%- endif %}
 
 
 @pytest.fixture
@@ -85,7 +106,7 @@ def stream(grpcclient, client):
     opened = Stream(grpcclient, client)
     yield opened
     opened.close()
-
+{% if sig.add_sub %}
 
 def test_model_is_decoupled_without_batching(client):
     config = client.get_model_config(MODEL_NAME).config
@@ -93,6 +114,16 @@ def test_model_is_decoupled_without_batching(client):
     assert config.max_batch_size == 0
     assert {tensor.name for tensor in config.input} == {"IN", "DELAY", "WAIT"}
     assert {tensor.name for tensor in config.output} == {"OUT", "IDX"}
+{%- else %}
+
+
+def test_model_is_decoupled_with_the_reference_tensors(client):
+    config = client.get_model_config(MODEL_NAME).config
+    assert config.model_transaction_policy.decoupled
+    assert config.max_batch_size == reference.MAX_BATCH_SIZE
+    assert {tensor.name for tensor in config.input} == set(reference.INPUTS)
+    assert {tensor.name for tensor in config.output} == set(reference.OUTPUTS)
+{%- endif %}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -100,6 +131,9 @@ def test_stream_matches_reference(stream, seed):
     inputs = reference.make_inputs(None, seed=seed)
     stream.send(inputs, request_id="r0")
     check_stream(stream.collect(["r0"])["r0"], inputs)
+
+
+{%- if sig.add_sub %}
 
 
 def test_empty_input_sends_only_the_final_flag(stream):
@@ -110,6 +144,7 @@ def test_empty_input_sends_only_the_final_flag(stream):
     }
     stream.send(inputs, request_id="empty")
     check_stream(stream.collect(["empty"])["empty"], inputs)
+{%- endif %}
 
 
 def test_requests_on_one_stream_are_answered_separately(stream):
@@ -144,6 +179,9 @@ def test_concurrent_streams(grpcclient, server_url):
     for thread in threads:
         thread.join(TIMEOUT_S)
     assert not failures, failures
+
+
+{%- if sig.add_sub %}
 
 
 def test_delay_of_the_wrong_length_is_an_error(stream, client):
@@ -183,3 +221,15 @@ def test_cancel_mid_stream_leaves_the_server_healthy(grpcclient, client, server_
             check_stream(fresh.collect(["after"])["after"], inputs)
         finally:
             fresh.close()
+{%- else %}
+
+
+def test_a_missing_required_input_is_refused(stream, client):
+    required = next(name for name, (_, _, optional) in reference.INPUTS.items() if not optional)
+    inputs = reference.make_inputs(None, seed=6)
+    del inputs[required]
+    stream.send(inputs, request_id="bad")
+    result, error = stream.next()
+    assert result is None and error is not None, f"a request without {required} must be refused"
+    assert client.is_server_live() and client.is_model_ready(MODEL_NAME)
+{%- endif %}

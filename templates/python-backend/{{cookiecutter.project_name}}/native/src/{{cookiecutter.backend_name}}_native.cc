@@ -1,7 +1,8 @@
 {%- set c = cookiecutter -%}
 {%- set module = c.backend_name ~ '_native' -%}
-{%- set cpp = {'FP32': 'float', 'FP16': 'uint16_t', 'INT32': 'int32_t', 'INT64': 'int64_t'}[c.dtype] -%}
-{%- set np_type = {'FP32': 'float32', 'FP16': 'float16', 'INT32': 'int32', 'INT64': 'int64'}[c.dtype] -%}
+{#- The extension serves these four dtypes; the file is rendered (then removed) without native too. -#}
+{%- set cpp = {'FP32': 'float', 'FP16': 'uint16_t', 'INT32': 'int32_t', 'INT64': 'int64_t'}.get(c.dtype, 'float') -%}
+{%- set np_type = {'FP32': 'float32', 'FP16': 'float16', 'INT32': 'int32', 'INT64': 'int64'}.get(c.dtype, 'float32') -%}
 // {{ module }}: the hot loop of {{ 'backend "' ~ c.backend_name ~ '"' if c.python_based_backend else 'model "' ~ c.model_name ~ '"' }}, as a Python extension module.
 //
 // model.py calls add_sub(in0, in1) -> (out0, out1) on the {{ c.dtype }} arrays of a request (or of a

@@ -1,0 +1,30 @@
+"""Refuse answers that pattern=bls cannot serve (plain cookiecutter gets them checked here too)."""
+
+import re
+import sys
+
+PATTERN = "{{ cookiecutter.pattern }}"
+FRAMEWORK = "{{ cookiecutter.framework }}"
+SELECTOR = {{ cookiecutter.selector|tojson }}
+CALLEES = {{ cookiecutter.callees|tojson }}
+MODEL = {{ cookiecutter.model_name|tojson }}
+{%- if cookiecutter.signature.inputs|default([]) %}
+TENSORS = {{ (cookiecutter.signature.inputs + cookiecutter.signature.outputs)|map(attribute='name')|list|tojson }}
+{%- else %}
+TENSORS = {{ [cookiecutter.input0_name, cookiecutter.input1_name, cookiecutter.output0_name, cookiecutter.output1_name]|tojson }}
+{%- endif %}
+
+problems = []
+if PATTERN == "bls":
+    names = [name.strip() for name in CALLEES.split(",") if name.strip()]
+    if FRAMEWORK != "none":
+        problems.append(f"pattern=bls routes requests to other models and wraps no framework (got framework={FRAMEWORK})")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", SELECTOR) or SELECTOR in TENSORS:
+        problems.append(f"selector {SELECTOR!r} must be a tensor name (letters, digits, _) of its own")
+    if not names or any(not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name) for name in names):
+        problems.append(f"callees must be model names separated by commas (got {CALLEES!r})")
+    if MODEL in names:
+        problems.append(f"model {MODEL!r} cannot call itself: it is among the callees")
+for problem in problems:
+    print(f"ERROR: {problem}", file=sys.stderr)
+sys.exit(1 if problems else 0)

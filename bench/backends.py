@@ -1,7 +1,7 @@
 """Generated backends against hand-written baselines, side by side on one server under the same load.
 
     python bench/backends.py [--duration 5s] [--tool auto|perf_analyzer|builtin]
-                             [--only cpp|signatures|python|decoupled|frameworks|composed]
+                             [--only cpp|signatures|python|decoupled|frameworks|composed|sequence]
                              [--reference-backend DIR]
 
 The baseline of the C++ parts is the floor, bench/floor_backend.cc: a backend that reads its signature from the
@@ -36,6 +36,11 @@ backend with that signature.
    of the steps' p50; throughput: the ensemble's against the steps run back to back, 1 / sum(1 / step's));
    and the BLS routers (`--pattern bls`, Python and C++) against a request sent to their callee directly.
 
+7. sequence models (`sequence`): cpp-backend's accumulator with `--set sequence=direct`, `oldest` and direct with
+   `implicit_state`, against the stateless cpp-backend model of the same signature (INPUT FP32 [16] -> OUTPUT,
+   dynamic batching) and against the floor served with the same sequence batching (what the sequence batcher
+   itself costs), concurrency 1 and 8; perf_analyzer sends the sequence models sequences of 20 requests.
+
 Each pair runs in one server, in the order A B B A (three models: A B C C B A; figures averaged; a model that did
 not load stops the run with the server's log), and each line prints the pair's throughput ratio (generated /
 baseline): only ratios from one run mean much, since runs of the same model vary by
@@ -64,7 +69,7 @@ SIGNATURES = {
     "text_1": (["TEXT:BYTES:1"], ["OUT:BYTES:1"]),
     "text_64k": (["TEXT:BYTES:65536"], ["OUT:BYTES:65536"]),
 }
-PARTS = ("cpp", "signatures", "python", "decoupled", "frameworks", "composed")
+PARTS = ("cpp", "signatures", "python", "decoupled", "frameworks", "composed", "sequence")
 QUEUE_DELAY = "dynamic_batching { max_queue_delay_microseconds: 100 }"
 
 PER_REQUEST_LOOP = '''\
@@ -215,19 +220,25 @@ def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:
               f"{theirs.client_cpu:>4.0%}/{theirs.server_cpu:<4.0%}")
 
 
-def generated_model(project: Path) -> tuple[str, dict[str, bytes]]:
-    """Build cpp-backend ``project``: its first model's config.pbtxt (max_batch_size 8, dynamic batching 100 us)
-    and {library file name: bytes}, to serve the backend from any model's directory (as add_model does)."""
+def built_model(project: Path) -> tuple[str, dict[str, bytes]]:
+    """Build cpp-backend ``project``: its first model's config.pbtxt as it is and {library file name: bytes}."""
     from triton_backend_gen.commands.build import build
     from triton_backend_gen.project import load_project
 
     loaded = load_project(project)
     build(loaded)
-    config = with_batching(config_of(project, loaded.models[0].name), dynamic=True)
-    config = re.sub(r"max_batch_size: \d+", "max_batch_size: 8", config)
+    config = config_of(project, loaded.models[0].name)
     backend = re.search(r'backend: "([^"]+)"', config).group(1)
     library = f"libtriton_{backend}.so"
     return config, {library: next((project / "build" / "install").rglob(library)).read_bytes()}
+
+
+def generated_model(project: Path) -> tuple[str, dict[str, bytes]]:
+    """Build cpp-backend ``project``: its first model's config.pbtxt (max_batch_size 8, dynamic batching 100 us)
+    and {library file name: bytes}, to serve the backend from any model's directory (as add_model does)."""
+    config, library = built_model(project)
+    config = with_batching(config, dynamic=True)
+    return re.sub(r"max_batch_size: \d+", "max_batch_size: 8", config), library
 
 
 def cpp_pairs(scratch: Path, args) -> None:
@@ -482,6 +493,37 @@ def print_framework_goals(ratios: dict[tuple[str, str], list[float]]) -> None:
           ", ".join(f"{r:.2f}x" for r in ratios["64k", "floor"]))
 
 
+def sequence_pairs(scratch: Path, args) -> None:
+    """cpp-backend's sequence accumulator (FP32 [16], 8 slots: direct; 8 candidate sequences: oldest; and direct
+    with implicit state) against the stateless cpp-backend model of the same signature (INPUT -> OUTPUT, max_batch_size
+    8, dynamic batching 100 us), and against the floor under the same sequence batching (the backend's own cost),
+    concurrency 1 and 8. perf_analyzer sends each sequence model sequences of 20 requests, one sequence per
+    concurrent client."""
+    tensor = {"name": "INPUT", "datatype": "FP32", "dims": [16]}
+    signature = {"inputs": [tensor], "outputs": [{**tensor, "name": "OUTPUT"}], "config": ""}
+    project = new_project(scratch / "bench-seq", "cpp-backend", sequence="direct")
+    direct, _ = built_model(project)
+    oldest = built_model(new_project(scratch / "bench-seq-oldest", "cpp-backend", sequence="oldest"))
+    add_model(project, "accumulate_oldest", *oldest)
+    add_model(project, "accumulate_state", *built_model(new_project(scratch / "bench-seq-state", "cpp-backend",
+                                                                    sequence="direct", implicit_state=True)))
+    add_model(project, "stateless", *generated_model(new_project(scratch / "bench-stateless", "cpp-backend",
+                                                                 signature=signature)))
+    floor = build_floor(scratch)
+    add_model(project, "floor_direct", with_backend(direct, "floor_ref"), floor)
+    add_model(project, "floor_oldest", with_backend(oldest[0], "floor_ref"), floor)
+    inputs = {"INPUT": np.random.default_rng(0).uniform(-10, 10, (1, 16)).astype(np.float32)}
+    models = ["accumulate", "accumulate_oldest", "accumulate_state", "stateless", "floor_direct", "floor_oldest"]
+    reports = measure(project, models, [1, 8], args, {model: inputs for model in models})
+    for model, what, floor_model in (("accumulate", "direct", "floor_direct"),
+                                     ("accumulate_oldest", "oldest", "floor_oldest"),
+                                     ("accumulate_state", "direct, implicit state", "floor_direct")):
+        print_pair(f"C++ sequence accumulator ({what}) vs stateless, FP32 [16]", reports[model], reports["stateless"],
+                   ("sequence", "stateless"))
+        print_pair(f"C++ sequence accumulator ({what}) vs the floor under the same sequence batching",
+                   reports[model], reports[floor_model], ("sequence", "floor"))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; ``parts``: the parts to run, in order (all of PARTS without --only)."""
     from triton_backend_gen.bench import parse_duration
@@ -509,7 +551,7 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};"
           f" client and server share the CPUs")
     parts = {"cpp": cpp_pairs, "signatures": signature_pairs, "python": python_pairs, "decoupled": decoupled,
-             "frameworks": framework_pairs, "composed": composed}
+             "frameworks": framework_pairs, "composed": composed, "sequence": sequence_pairs}
     with tempfile.TemporaryDirectory(prefix="tbgen-bench-backends-") as scratch:
         for name in args.parts:
             parts[name](Path(scratch), args)

@@ -8,6 +8,7 @@ reaches the console is escaped (it is never read as Rich markup).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import time
@@ -328,7 +329,7 @@ def serve(
             extra_args=("--model-control-mode=explicit", *(f"--load-model={name}" for name in only)) if only else (),
         )
         with triton:
-            _print_server(triton)
+            _print_server(triton, target.models if isinstance(target, Project) else ())
             console.print("Serving; press Ctrl-C to stop.")
             _wait_while_running(triton, follow_log=verbose)
     console.print("Server stopped.")
@@ -370,7 +371,7 @@ def _print_notes(warnings: list[str], notes: list[str]) -> None:
         console.print(f"[dim]note:[/dim] {escape(note)}", highlight=False)
 
 
-def _print_server(triton) -> None:
+def _print_server(triton, models: tuple = ()) -> None:
     _print_notes(triton.warnings, triton.notes)
     console.print(escape(triton.describe()), highlight=False)
     endpoints = Table(title="Endpoints", title_justify="left")
@@ -380,14 +381,19 @@ def _print_server(triton) -> None:
     endpoints.add_row("gRPC", triton.grpc_url)
     endpoints.add_row("metrics", f"http://{triton.metrics_url}/metrics")
     console.print(endpoints)
-    models = Table(title="Models", title_justify="left")
+    states = Table(title="Models", title_justify="left")
     for column in ("model", "version", "state", "reason"):
-        models.add_column(column)
+        states.add_column(column)
     for m in triton.model_states():
         colour = "green" if m.state == "READY" else "red"
-        models.add_row(escape(m.name), escape(m.version), f"[{colour}]{escape(m.state or 'not loaded')}[/]",
+        states.add_row(escape(m.name), escape(m.version), f"[{colour}]{escape(m.state or 'not loaded')}[/]",
                        escape(m.reason))
-    console.print(models)
+    console.print(states)
+    for model in models:
+        if model.metrics:
+            console.print(f"Custom metrics of {escape(model.name)}: {escape(', '.join(model.metrics))} "
+                          f"(curl -s http://{escape(triton.metrics_url)}/metrics | grep {escape(model.metrics[0])})",
+                          highlight=False)
     console.print(f"Log: {escape(str(triton.log_file))}", highlight=False)
 
 
@@ -460,12 +466,25 @@ def infer(
     url: Annotated[Optional[str], typer.Option("--url", help="Use a running server (HTTP host:port) instead.")] = None,
     server: ServerPath = None,
     instance_kind: InstanceKindOption = None,
+    param: Annotated[Optional[list[str]], typer.Option(
+        "--param", "-p", help="KEY=VALUE request parameter (repeatable; true/false and integers are typed).")] = None,
+    sequence_id: Annotated[Optional[str], typer.Option(
+        "--sequence-id", help="Correlation ID of a sequence model's request (default: a sequence of its own).")] = None,
+    start: Annotated[bool, typer.Option("--start/--no-start", help="With --sequence-id: the request starts its "
+                                        "sequence.")] = True,
+    end: Annotated[bool, typer.Option("--end/--no-end", help="With --sequence-id: the request ends its "
+                                      "sequence.")] = True,
 ) -> None:
-    """Send one request and print the outputs."""
+    """Send one request and print the outputs (and the response's parameters)."""
+    infer_ = _load("commands.infer")
     with _user_errors():
-        outputs = _load("commands.infer").infer_once(
+        sequencing = infer_.Sequencing(
+            None if sequence_id is None else int(sequence_id) if sequence_id.isdigit() else sequence_id, start, end)
+        outputs = infer_.infer_once(
             model, input_ or [], project=load_project_or_none(project), url=url, server=server,
-            instance_kind=_instance_kind(instance_kind))
+            instance_kind=_instance_kind(instance_kind), param_options=param or [], sequencing=sequencing,
+            on_parameters=lambda parameters: console.print(
+                f"[bold]parameters[/bold] {escape(json.dumps(parameters))}", highlight=False))
     for name, array in outputs.items():
         console.print(f"[bold]{escape(name)}[/bold] {array.dtype} {list(array.shape)}", highlight=False)
         console.print(escape(str(array)), highlight=False)

@@ -48,6 +48,9 @@ class ModelEntry:
     pattern: str = ""  # how it composes other models: bls, bls-async, bls-decoupled, ensemble ("" for none)
     backend: str | None = None  # the backend serving it when it is not the project's (a python model beside C++)
     calls: tuple[str, ...] = ()  # the models a composed model sends requests to
+    metrics: tuple[str, ...] = ()  # the custom metric families it publishes (checked by tbgen test)
+    # request parameters it answers back as response parameters: (name, the value it answers when absent)
+    parameters: tuple[tuple[str, str], ...] = ()
 
     @property
     def config_file(self) -> Path:
@@ -225,7 +228,9 @@ def parse_project(root: Path, data: dict[str, Any]) -> Project:
         models=tuple(ModelEntry(str(m["name"]), repository / str(m["name"]), bool(m.get("decoupled", False)),
                                 root / str(m.get("reference", "reference.py")), str(m.get("pattern", "")),
                                 str(m["backend"]) if "backend" in m else None,
-                                tuple(str(name) for name in m.get("calls", ())))
+                                tuple(str(name) for name in m.get("calls", ())),
+                                tuple(str(name) for name in m.get("metrics", ())),
+                                tuple((str(k), str(v)) for k, v in m.get("parameters", {}).items()))
                      for m in data.get("models", [])),
         native=NativeSpec(root / native["source_dir"], str(native["module"]), root / native["install_dir"])
         if native else None,

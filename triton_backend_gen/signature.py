@@ -52,6 +52,8 @@ DATATYPES: dict[str, DataType] = {
 }
 # Control inputs the sequence batcher adds by its default names; a tensor of the model may not take them.
 SEQUENCE_CONTROL_NAMES = ("START", "END", "READY", "CORRID")
+# The implicit state's input and output names (config.pbtxt's sequence_batching.state).
+STATE_NAMES = ("STATE_IN", "STATE_OUT")
 
 
 def datatype(name: str) -> DataType:
@@ -240,7 +242,8 @@ def from_context(value: Any, where: str = "signature") -> Signature | None:
 def validate(signature: Signature, *, sequence: bool = False, bf16: bool = True) -> Signature:
     """The rules every generated backend relies on; the signature itself when it keeps them all.
 
-    ``sequence``: the model has sequence batching (its control inputs take START/END/READY/CORRID).
+    ``sequence``: the model has sequence batching (its control inputs take START/END/READY/CORRID, the implicit
+    state STATE_IN/STATE_OUT) and is the accumulator (:func:`check_accumulator`).
     ``bf16``: the backend can serve BF16 (the python backend cannot: its numpy has no bfloat16).
     """
     example = f"Example: {FLAG_EXAMPLE}"
@@ -256,12 +259,13 @@ def validate(signature: Signature, *, sequence: bool = False, bf16: bool = True)
             "Drop :optional from one input.",
         )
     if sequence:
-        clashes = [n for n in names if n in SEQUENCE_CONTROL_NAMES]
+        clashes = [n for n in names if n in SEQUENCE_CONTROL_NAMES + STATE_NAMES]
         if clashes:
             raise AnswerError(
-                f"{', '.join(clashes)}: the sequence batcher's control inputs take these names.",
+                f"{', '.join(clashes)}: the sequence batcher's control inputs and implicit state take these names.",
                 "Rename the tensor (e.g. START -> START_TOKENS).",
             )
+        check_accumulator(signature)
     if not bf16:
         bf16_names = [t.name for t in (*signature.inputs, *signature.outputs) if t.datatype == "BF16"]
         if bf16_names:
@@ -296,3 +300,29 @@ def add_sub(dtype: str, dims: str, names: Mapping[str, str]) -> Signature:
         return Tensor(names[key], datatype(dtype).wire, shape)
 
     return Signature((tensor("input0_name"), tensor("input1_name")), (tensor("output0_name"), tensor("output1_name")))
+
+
+def check_accumulator(signature: Signature) -> None:
+    """A sequence model's rules: every output is the running sum of the first input, so that input is numeric with
+    fixed dims and every output has its datatype and dims."""
+    first = signature.inputs[0]
+    fix = "Example: --input INPUT:FP32:16 --output OUTPUT:FP32:16 (every output the running sum of the first input)"
+    if first.datatype in ("BYTES", "BOOL"):
+        raise AnswerError(f"{first.name}: a sequence model sums its first input, which cannot be {first.datatype}.",
+                          fix)
+    if -1 in first.dims or first.optional or first.reshape is not None:
+        raise AnswerError(f"{first.name}: a sequence model sums its first input, which needs fixed dims (no -1), "
+                          "no reshape and cannot be optional (every request of a sequence adds to the same sum).", fix)
+    for output in signature.outputs:
+        if output.datatype != first.datatype or tuple(output.dims) != tuple(first.dims):
+            raise AnswerError(
+                f"{output.name}: every output of a sequence model is the running sum of {first.name}, so it needs "
+                f"{first.name}'s datatype and dims ({first.datatype} {list(first.dims)}), got {output.datatype} "
+                f"{list(output.dims)}.", fix)
+
+
+def accumulator(dtype: str, dims: str) -> Signature:
+    """The sequence example's signature: INPUT, and OUTPUT its running sum, of one dtype and dims."""
+    shape = parse_dims(dims)
+    wire = datatype(dtype).wire
+    return Signature((Tensor("INPUT", wire, shape),), (Tensor("OUTPUT", wire, shape),))

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import run_tbgen
 
 from triton_backend_gen import versions
 from triton_backend_gen.errors import AnswerError, UnknownReleaseError, UsageError
@@ -139,3 +140,42 @@ def test_answers_file_from_a_projects_tbgen_toml(tmp_path):
         read_answers_file(bad)
     with pytest.raises(UsageError):
         read_answers_file(Path(tmp_path / "missing.toml"))
+
+
+# --- sequence models -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("template", "flags", "fragment"), [
+    ("python-backend", ["--set", "sequence=direct", "--set", "dtype=BYTES"], "cannot be BYTES"),
+    ("python-backend", ["--set", "sequence=direct", "--set", "dims=-1"], "needs fixed dims"),
+    ("python-backend", ["--set", "sequence=oldest", "--set", "max_batch_size=0"], "needs max_batch_size >= 1"),
+    ("python-backend", ["--set", "sequence=direct", "--set", "implicit_state=yes"],
+     "python backend does not support implicit state"),
+    ("python-backend", ["--set", "implicit_state=yes"], "needs sequence batching"),
+    ("python-backend", ["--set", "sequence=direct", "--set", "native=yes"], "native is a stateless"),
+    ("cpp-backend", ["--set", "sequence=direct", "--input", "X:FP32:4", "--output", "Y:INT32:4"],
+     "needs X's datatype and dims"),
+    ("cpp-backend", ["--set", "sequence=direct", "--input", "CORRID:FP32:4", "--output", "Y:FP32:4"],
+     "control inputs and implicit state take these names"),
+    ("cpp-backend", ["--set", "sequence=direct", "--gpu"], "no CUDA kernel"),
+    ("cpp-backend", ["--set", "sequence=direct", "--pattern", "bls"], "cannot wrap a framework or compose"),
+])
+def test_a_sequence_model_it_cannot_generate_exits_2_before_anything_is_written(tmp_path, template, flags, fragment):
+    project = tmp_path / "p"
+    result = run_tbgen("new", str(project), "-t", template, "--no-input", *flags)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert fragment in " ".join(result.stderr.split()), result.stderr
+    assert not project.exists()
+
+
+def test_a_sequence_model_is_named_accumulate_and_records_its_options(tmp_path):
+    project = tmp_path / "p"
+    result = run_tbgen("new", str(project), "-t", "python-backend", "--no-input", "--set", "sequence=oldest",
+                       "--set", "correlation_id=string", "--set", "custom_metrics=yes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = (project / "model_repository" / "accumulate" / "config.pbtxt").read_text()
+    assert "oldest {" in config and "dynamic_batching" not in config
+    # The 24.10 python backend refuses a padded string CORRID input: model.py reads request.correlation_id().
+    assert "CONTROL_SEQUENCE_CORRID" not in config and "CONTROL_SEQUENCE_START" in config
+    toml = (project / "tbgen.toml").read_text()
+    assert 'sequence = "oldest"' in toml and 'correlation_id = "string"' in toml
+    from triton_backend_gen.project import load_project
+    assert load_project(project).models[0].metrics == ("requests_process_latency_ns", "execution_batch_size")

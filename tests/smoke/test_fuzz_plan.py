@@ -29,8 +29,8 @@ def test_a_plan_is_deterministic_for_its_seed(render_template):
     assert len(first) == 200 and signature(first) == signature(again)
     assert signature(first) != signature(other)
     assert {c.plan_seed for c in first} == {7}
-    # Over 200 cases every kind and both protocols turn up.
-    assert set(Counter(c.kind for c in first)) == set(FUZZ_KINDS)
+    # Over 200 cases every kind (but the sequence models' own) and both protocols turn up.
+    assert set(Counter(c.kind for c in first)) == set(FUZZ_KINDS) - {"sequence controls"}
     assert {c.protocol for c in first} == {"http", "grpc"}
 
 
@@ -54,6 +54,9 @@ def test_kinds_follow_the_model(render_template, tmp_path):
     assert protocols["grpc"] > 2 * protocols["http"] > 0
     unbatched = load_project(render_template("python-backend", project_name="flat", max_batch_size=0, dims="-1"))
     assert "batch too large" not in {c.kind for c in plan_fuzz(unbatched, 300)}
+    sequence = load_project(render_template("python-backend", project_name="seq", sequence="oldest"))
+    kinds = Counter(c.kind for c in plan_fuzz(sequence, 300))
+    assert kinds["sequence controls"] > 20 and "sequence controls" not in {c.kind for c in plan_fuzz(unbatched, 300)}
 
 
 def test_malformed_tensors_are_malformed(render_template):

@@ -8,6 +8,7 @@ from conftest import cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen import versions
 from triton_backend_gen.commands.templates_check import (
+    FEATURE_KEYS,
     SIGNATURES,
     build_rendered_project,
     check_rendered_project,
@@ -23,24 +24,38 @@ def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_framework
     patterns = [{"pattern": p} for p in ("bls", "bls-async", "ensemble")]
     assert variants[-len(patterns):] == patterns
     variants = variants[:-len(patterns)]
-    axes = [o for o in cpp.options if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern")]
+    axes = [o for o in cpp.options if (o.choices or o.kind is bool)
+            and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)]
     assert {o.key for o in axes} == {"gpu", "dynamic_batching"}
     dtypes = cpp.option("dtype").choices
     assert len(dtypes) == 14 and "BYTES" in dtypes and "BF16" in dtypes
     product = math.prod(len(o.choices) or 2 for o in axes)
-    assert len(variants) == product + len(dtypes) - 1 + 1 + 2 + len(SIGNATURES)
+    sequences = [{"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "request_parameters": True,
+                  "implicit_state": True},
+                 {"sequence": "direct", "dtype": "INT32"}, {"custom_metrics": True, "request_parameters": True}]
+    assert len(variants) == product + len(dtypes) - 1 + 1 + len(sequences) + 2 + len(SIGNATURES)
     assert [v["dtype"] for v in variants[product:product + len(dtypes) - 1]] == list(dtypes[1:])
-    assert variants[product + len(dtypes) - 1] == {"max_batch_size": 0, "dims": "-1"}
-    assert variants[product + len(dtypes):product + len(dtypes) + 2] == [{"framework": "libtorch"},
-                                                                         {"framework": "opencv-dnn"}]
+    edge = product + len(dtypes) - 1
+    assert variants[edge] == {"max_batch_size": 0, "dims": "-1"}
+    assert variants[edge + 1:edge + 1 + len(sequences)] == sequences
+    assert variants[edge + 1 + len(sequences):edge + 3 + len(sequences)] == [{"framework": "libtorch"},
+                                                                             {"framework": "opencv-dnn"}]
     assert [v["model_name"] for v in variants[-len(SIGNATURES):]] == ["mixed", "bytes_in"]
-    assert list(option_matrix(cpp, full=False)) == [*variants[:product], {"max_batch_size": 0, "dims": "-1"}]
+    assert list(option_matrix(cpp, full=False)) == [*variants[:product], {"max_batch_size": 0, "dims": "-1"},
+                                                    sequences[0]]
+    python = list(option_matrix(get_template("python-backend")))
+    assert {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True,
+            "request_parameters": True} in python
+    assert not any(v.get("implicit_state") for v in python)  # the python backend has no implicit state
     decoupled = list(option_matrix(get_template("decoupled-backend")))
     assert decoupled[:2] == [{"language": "cpp"}, {"language": "python"}]
     assert decoupled[-2:] == [{"pattern": "bls-decoupled", "language": "cpp"},
                               {"pattern": "bls-decoupled", "language": "python"}]
     decoupled = decoupled[:-2]
-    assert [(v["signature"], v["language"]) for v in decoupled[2:]] == [
+    assert decoupled[2:5] == [
+        {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "request_parameters": True},
+        {"sequence": "direct"}, {"custom_metrics": True, "request_parameters": True}]
+    assert [(v["signature"], v["language"]) for v in decoupled[5:]] == [
         (s.context(), language) for s in SIGNATURES.values() for language in ("cpp", "python")]
 
 

@@ -72,13 +72,18 @@ def input_data(inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], b
     return {"data": [entry]}
 
 
+# perf_analyzer's own message when the windows of a level never agreed within --stability-percentage.
+UNSTABLE = "Failed to obtain stable measurement"
+
+
 def command(executable: Path, model: str, url: str, protocol: str, concurrency: int, *, data_file: Path,
-            csv_file: Path, batch_size: int, measurement_ms: int, streaming: bool) -> list[str]:
-    """One perf_analyzer run at one concurrency level."""
+            csv_file: Path, batch_size: int, measurement_ms: int, streaming: bool,
+            stability_percentage: int = 100) -> list[str]:
+    """One perf_analyzer run at one concurrency level (three windows that agree within ``stability_percentage``)."""
     args = [
         str(executable), "-m", model, "-u", url, "-i", protocol, f"--concurrency-range={concurrency}:{concurrency}",
         f"--measurement-interval={measurement_ms}", f"--input-data={data_file}", "-f", str(csv_file),
-        "--stability-percentage=100", "--max-trials=3",
+        f"--stability-percentage={stability_percentage}", "--max-trials=3",
     ]
     if batch_size > 1:
         args += ["-b", str(batch_size)]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import queue
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +73,44 @@ def _given_inputs(model: str, declared: dict[str, str], given: dict[str, Any]) -
                          f"Model {model} expects: " + ", ".join(f"{n} {t}" for n, t in declared.items())) from err
 
 
+def parse_param_option(option: str) -> tuple[str, bool | int | str]:
+    """``KEY=VALUE`` -> (key, value): true/false as a bool, an integer as an int, anything else a string."""
+    key, sep, text = option.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--param expects KEY=VALUE, got {option!r}.", "Example: --param scale=2 --param mode=fast")
+    key, text = key.strip(), text.strip()
+    if key.startswith("sequence_") or key in ("priority", "timeout", "binary_data_output"):
+        raise UsageError(f"--param {key} is a parameter Triton reserves for itself.",
+                         "Use --sequence-id/--start/--end for sequences, or another parameter name.")
+    if text.lower() in ("true", "false"):
+        return key, text.lower() == "true"
+    try:
+        return key, int(text)
+    except ValueError:
+        return key, text
+
+
+@dataclass(frozen=True)
+class Sequencing:
+    """What `tbgen infer` says of the request's sequence: its correlation ID (None: a fresh one of the model's
+    kind) and its START/END flags. A request to a sequence model is by default a sequence of its own."""
+
+    id: int | str | None = None
+    start: bool = True
+    end: bool = True
+
+
 def infer_once(
     model: str, input_options: list[str], *, project: Project | None, url: str | None = None,
-    server: Path | None = None, instance_kind: str | None = None,
+    server: Path | None = None, instance_kind: str | None = None, param_options: list[str] = (),
+    sequencing: Sequencing = Sequencing(), on_parameters: Callable[[dict], None] = lambda parameters: None,
 ) -> dict[str, np.ndarray]:
     """Run one request against ``url``, or against a server started (and stopped) for ``project``; inputs not
-    given come from the project's reference.py (when there is a project)."""
+    given come from the project's reference.py (when there is a project). ``param_options`` (KEY=VALUE) are sent
+    as request parameters; the response's parameters go to ``on_parameters``. A request to a sequence model
+    carries ``sequencing``."""
     given = dict(parse_input_option(option) for option in input_options)
+    parameters = dict(parse_param_option(option) for option in param_options)
     path = _reference_of(project, model) if project is not None else None
     reference = load_reference(path) if path is not None and path.is_file() else None
     if url is None and project is None:
@@ -95,25 +128,47 @@ def infer_once(
         metadata, config = _model_of(http, model, http_url)
         inputs = build_inputs(metadata, config, given, reference)
         outputs = [o["name"] for o in metadata["outputs"]]
+        sequence = _sequence_kwargs(config, sequencing)
         try:
             if not config.get("model_transaction_policy", {}).get("decoupled", False):
-                return _infer_http(http, model, inputs, outputs)
+                return _infer_http(http, model, inputs, outputs, parameters, sequence, on_parameters)
             if grpc_url is None:
                 raise UsageError("Decoupled models stream over gRPC; --url names an HTTP endpoint.",
                                  "Drop --url to let tbgen start the project's server.")
-            return _stream_once(grpcclient, grpc_url, model, inputs, outputs)
+            return _stream_once(grpcclient, grpc_url, model, inputs, outputs, parameters)
         except InferenceServerException as err:
             raise ServerError(f"The request failed: {err.message()}", "Check the inputs' names, shapes and types.") from err
 
 
+def _sequence_kwargs(config: dict, sequencing: Sequencing) -> dict[str, Any]:
+    """tritonclient's sequence arguments for a model with sequence batching ({} for other models)."""
+    if "sequence_batching" not in config:
+        if sequencing.id is not None:
+            raise UsageError("--sequence-id is for a model with sequence batching; this one has none.",
+                             "Drop --sequence-id/--start/--end.")
+        return {}
+    string_ids = any(control.get("data_type") == "TYPE_STRING"
+                     for tensor in config["sequence_batching"].get("control_input", [])
+                     for control in tensor.get("control", []) if control.get("kind") == "CONTROL_SEQUENCE_CORRID")
+    sequence_id = sequencing.id if sequencing.id is not None else ("tbgen-infer" if string_ids else 1)
+    if not string_ids and not (isinstance(sequence_id, int) and sequence_id > 0):
+        raise UsageError(f"This model's correlation IDs are unsigned integers, got --sequence-id {sequence_id!r}.",
+                         "Example: --sequence-id 42")
+    return {"sequence_id": sequence_id if not string_ids else str(sequence_id),
+            "sequence_start": sequencing.start, "sequence_end": sequencing.end}
+
+
 def _infer_http(http: httpclient.InferenceServerClient, model: str, inputs: dict[str, np.ndarray],
-                outputs: list[str]) -> dict[str, np.ndarray]:
+                outputs: list[str], parameters: dict[str, Any], sequence: dict[str, Any],
+                on_parameters: Callable[[dict], None]) -> dict[str, np.ndarray]:
     tensors = []
     for name, array in inputs.items():
         tensor = httpclient.InferInput(name, list(array.shape), _datatype(array))
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
-    result = http.infer(model, tensors)
+    result = http.infer(model, tensors, parameters=parameters or None, **sequence)
+    if result.get_response().get("parameters"):
+        on_parameters(result.get_response()["parameters"])
     return {name: result.as_numpy(name) for name in outputs}
 
 
@@ -133,7 +188,8 @@ def _datatype(array: np.ndarray) -> str:
     return np_to_triton_dtype(array.dtype)
 
 
-def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: list[str]) -> dict[str, np.ndarray]:
+def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: list[str],
+                 parameters: dict[str, Any]) -> dict[str, np.ndarray]:
     """A decoupled model's responses to one request, each output stacked over the responses."""
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
@@ -143,9 +199,10 @@ def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: l
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
     responses: list = []
+    finished = False
     try:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
-        client.async_stream_infer(model, tensors, enable_empty_final_response=True)
+        client.async_stream_infer(model, tensors, enable_empty_final_response=True, parameters=parameters or None)
         while True:
             result, error = results.get(timeout=60)
             if error is not None:
@@ -155,8 +212,10 @@ def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: l
                 responses.append({name: result.as_numpy(name) for name in outputs})
             if final is not None and final.bool_param:
                 break
+        finished = True
     finally:
-        client.stop_stream()
+        # On an error or Ctrl-C, cancel what is in flight rather than wait for the model to finish streaming.
+        client.stop_stream(cancel_requests=not finished)
         client.close()
     return {name: np.stack([r[name] for r in responses]) if responses else np.array([]) for name in outputs}
 

@@ -60,21 +60,29 @@ class CheckReport:
     skipped: list[str] = field(default_factory=list)
 
 
+# The options of sequence models, custom metrics and request parameters: combined with care (_feature_variants),
+# not multiplied out.
+FEATURE_KEYS = ("sequence", "correlation_id", "implicit_state", "custom_metrics", "request_parameters")
+
+
 def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str, Any]]:
-    """Every combination of the template's choice and boolean options but dtype, framework and pattern, then
-    each other dtype, the edge variant, each framework, the SIGNATURES and each composition pattern (without
-    ``full``: the combinations and the edge variant only)."""
+    """Every combination of the template's choice and boolean options but dtype, framework, pattern and the
+    FEATURE_KEYS, then each other dtype, the edge variant, the feature variants, each framework, the SIGNATURES
+    and each composition pattern (without ``full``: the combinations, the edge variant and one feature variant
+    only)."""
     axes = [(o.key, o.choices or (False, True)) for o in template.options
-            if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern")]
+            if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)]
     keys = [key for key, _ in axes]
     for values in itertools.product(*(choices for _, choices in axes)):
         yield dict(zip(keys, values, strict=True))
     dtype = template.option("dtype")
     for choice in dtype.choices[1:] if dtype and full else ():
         yield {"dtype": choice}
-    edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option(k)}
+    # no batching, variable dims (a template without dims has no variant of this kind)
+    edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option("dims") and template.option(k)}
     if edge:
         yield edge
+    yield from _feature_variants(template, full)
     framework = template.option("framework")
     for choice in framework.choices[1:] if framework and full else ():
         yield {"framework": choice}
@@ -86,6 +94,20 @@ def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str
     for pattern in (p for p, names in compose.PATTERN_TEMPLATES.items() if template.name in names) if full else ():
         for choice in language.choices if language else (None,):
             yield {"pattern": pattern, **({"language": choice} if choice else {})}
+
+
+def _feature_variants(template: Template, full: bool) -> Iterator[dict[str, Any]]:
+    """A stateful model with every option that only it takes (oldest, string correlation IDs, implicit state where
+    the template has it), custom metrics and request parameters; with ``full`` also the direct strategy (over
+    integers where the template has a dtype), and custom metrics and request parameters on the stateless example."""
+    if not template.option("sequence"):
+        return
+    implicit = {"implicit_state": True} if template.name == "cpp-backend" else {}
+    yield {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "request_parameters": True,
+           **implicit}
+    if full:
+        yield {"sequence": "direct", **({"dtype": "INT32"} if template.option("dtype") else {})}
+        yield {"custom_metrics": True, "request_parameters": True}
 
 
 def describe(answers: dict[str, Any]) -> str:

@@ -14,17 +14,20 @@ from triton_backend_gen.commands.build import build_if_needed
 from triton_backend_gen.discovery import gpus_visible
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.model_config import validate_tree
-from triton_backend_gen.project import Project
+from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import TritonServer, prepare_server
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import (
     Endpoints,
     SmokeResult,
+    custom_metrics_results,
     leaves_tensors_to_backend,
     load_model_spec,
+    load_model_specs,
     plan_fuzz,
     plan_smoke,
+    request_parameters_results,
     run_fuzz,
     run_smoke,
     served_configs,
@@ -88,12 +91,24 @@ def run_project_tests(
     with stop_on_signals(), triton:
         _require_ready(project, triton)
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        completed = served_configs(project, endpoints, repository=served) if auto_completed else None
         if auto_completed:
-            completed = served_configs(project, endpoints, repository=served)
             plan = plan_smoke(project, chosen, repository=served, served=completed)
             fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served, served=completed) if fuzz else []
         healthy = lambda: triton.running  # noqa: E731
         report.results += run_smoke(plan, endpoints, is_healthy=healthy, progress=on_result)
+        named = len(project.models) > 1 and chosen is None
+        declared = {m.name: m.metrics for m in project.models if m.metrics and (chosen is None or m is chosen)}
+        if declared and triton.running:  # after the smoke checks, all answered, before requests that fail
+            for result in custom_metrics_results(triton.metrics_url, endpoints, declared, named):
+                report.results.append(result)
+                on_result(result)
+        with_parameters = [m for m in project.models if m.parameters and (chosen is None or m is chosen)]
+        if with_parameters and triton.running:
+            models = _parameter_models(project, with_parameters, served, completed)
+            for result in request_parameters_results(endpoints, models, named):
+                report.results.append(result)
+                on_result(result)
         if fuzz_cases:
             fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
             report.results += fuzz_report.as_results()
@@ -102,6 +117,17 @@ def run_project_tests(
     if triton.sanitizer_runtimes:
         report.results.append(_sanitizer_result(triton))
     return report
+
+
+def _parameter_models(project: Project, models: list[ModelEntry], repository: Path, served) -> list[tuple]:
+    """(reference, spec, whether the python backend serves it, parameters) of each of ``models``."""
+    found = []
+    for model in models:
+        [(reference, spec, config)] = load_model_specs(project, model, repository, served)
+        based = project.python_based_dir is not None and config.backend == project.backend
+        python = config.backend == "python" or based  # served by the python backend's stub
+        found.append((reference, spec, python, model.parameters))
+    return found
 
 
 def check_test_options(*, sanitize: tuple[str, ...], docker: bool, gpu: bool, packaged: bool,

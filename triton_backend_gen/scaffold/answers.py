@@ -31,6 +31,7 @@ NATIVE_DTYPES = ("FP32", "FP16", "INT32", "INT64")
 EXAMPLE_KEYS = ("dtype", "dims", *TENSOR_KEYS)
 # The answers of a composed model: given by --pattern and --set, never asked for (see scaffold.compose).
 COMPOSE_KEYS = ("pattern", "callees", "selector")
+SEQUENCE_MODEL_NAME = "accumulate"  # the sequence example's default model name
 # Limits of the model configuration's fields: max_batch_size and instance counts are int32.
 INT32_MAX = 2**31 - 1
 _CUDA_ARCHITECTURE = re.compile(r"[0-9]+[af]?")  # 80, 90a, 100f (ASCII digits only)
@@ -219,6 +220,8 @@ def resolve_answers(template: Template, given: Mapping[str, Any], prompter: Prom
             f"Template {template.name} has no option {', '.join(map(repr, unknown))}.", f"Its options: {keys}"
         )
     answers: dict[str, Any] = {}
+    if given.get("sequence", "none") not in ("none", "") and "model_name" not in given:
+        given = {**given, "model_name": SEQUENCE_MODEL_NAME}  # not add_sub: the sequence example accumulates
     for option in template.options:
         if option.key in given:
             answers[option.key] = _validate(option, given[option.key])
@@ -257,10 +260,52 @@ def _default(option: Option, answers: dict[str, Any]) -> Any:
     return option.default
 
 
+def _check_sequence(answers: Mapping[str, Any], given: signature.Signature | None, python: bool) -> None:
+    """The rules of a sequence model (``sequence`` direct or oldest) and of the options only it takes."""
+    sequence = answers.get("sequence", "none")
+    if sequence == "none":
+        if answers.get("implicit_state"):
+            raise AnswerError("implicit_state keeps a sequence's state, so it needs sequence batching.",
+                              "Add --set sequence=direct (or oldest), or drop --set implicit_state=yes.")
+        return
+    if answers.get("implicit_state") and python:
+        raise AnswerError(
+            "The python backend does not support implicit state (it never calls Triton's TRITONBACKEND_State* API, "
+            "up to release 26.02).",
+            "Drop --set implicit_state=yes: the generated model.py keeps each sequence's state itself; or use the "
+            "cpp-backend template.")
+    for key in ("native", "python_based_backend", "auto_complete"):
+        if answers.get(key):
+            raise AnswerError(f"{key} is a stateless add/sub option; a sequence model cannot take it.",
+                              f"Drop --set {key}=yes, or --set sequence={sequence}.")
+    if answers.get("gpu"):
+        raise AnswerError("The sequence example has no CUDA kernel: its running sums are kept and added on the CPU.",
+                          "Drop --gpu (a KIND_GPU instance group can still be set in config.pbtxt).")
+    if answers.get("framework", frameworks.NONE) != frameworks.NONE or answers.get("pattern", "none") != "none":
+        raise AnswerError("A sequence model is the backend's own accumulator; it cannot wrap a framework or compose "
+                          "models.", f"Drop --framework/--pattern, or --set sequence={sequence}.")
+    if given is not None and given.config:
+        raise AnswerError("--from-config carries its own batching; a sequence model writes sequence_batching.",
+                          "Give the tensors with --input/--output instead, or drop --set sequence.")
+    if sequence == "oldest" and int(answers.get("max_batch_size", 0)) < 1:
+        raise AnswerError("The oldest strategy batches requests of several sequences, so it needs max_batch_size >= 1.",
+                          "Use --set max_batch_size=8, or --set sequence=direct.")
+    model = given or signature.accumulator(answers.get("dtype", "FP32"), str(answers.get("dims", "16")))
+    signature.validate(model, sequence=True, bf16=not python)
+
+
 def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     """Rules that span several answers."""
+    if answers.get("custom_metrics") and answers.get("pattern", "none") != "none":
+        raise AnswerError("custom_metrics instruments a model that computes; the C++ BLS router only forwards "
+                          "requests and answers them in completion callbacks.",
+                          "Drop --set custom_metrics=yes or --pattern bls; `tbgen add model NAME --set "
+                          "custom_metrics=yes` adds an instrumented model to the project.")
     given = signature.from_context(answers.get("signature"))
     python = template.name == "python-backend" or answers.get("language") == "python"
+    _check_sequence(answers, given, python)
+    if answers.get("sequence", "none") != "none":
+        return
     framework = answers.get("framework", frameworks.NONE)
     if framework != frameworks.NONE:
         example = given is None and signature.add_sub(

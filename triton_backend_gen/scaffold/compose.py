@@ -292,7 +292,9 @@ def _graft(root: Path, template: Template, answers: dict[str, Any], name: str) -
         _copy_new(rendered / "reference.py", root / "references" / f"{name}.py")
         decoupled = template.name == "decoupled-backend"
         python = template.name == "python-backend" or answers.get("language") == "python"
-    return _entry(name, decoupled=decoupled, reference=f"references/{name}.py", python=python)
+        rendered_entry = tomllib.loads((rendered / "tbgen.toml").read_text()).get("models", [{}])[0]
+    return _entry(name, decoupled=decoupled, reference=f"references/{name}.py", python=python,
+                  metrics=tuple(rendered_entry.get("metrics", ())))
 
 
 def _python_answers(python: Template, answers: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -364,10 +366,12 @@ def _move(source: Path, dest: Path) -> None:
 
 
 def _entry(name: str, *, decoupled: bool = False, pattern: str = "", reference: str, python: bool = True,
-           calls: tuple[str, ...] = ()) -> str:
+           calls: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> str:
     """A [[models]] entry; ``python``: served by Triton's python backend (``backend = "python"``); ``calls``:
-    the models a composed model sends requests to."""
+    the models a composed model sends requests to; ``metrics``: the custom metric families it publishes."""
     lines = ["[[models]]", f'name = "{name}"', f"decoupled = {'true' if decoupled else 'false'}"]
+    if metrics:
+        lines.append(f"metrics = {json.dumps(list(metrics))}")
     if pattern:
         lines.append(f'pattern = "{pattern}"')
     if calls:

@@ -46,6 +46,11 @@ def templates_dir() -> Path:
     raise UsageError(f"tbgen's templates are missing (looked in {_PACKAGE_DIR}).", "Reinstall triton-backend-gen.")
 
 
+# Options that are integers even where cookiecutter.json's default is a Jinja expression (decoupled-backend's
+# max_batch_size: 8 for a sequence model, else 0).
+INTEGER_KEYS = frozenset({"max_batch_size", "instance_count"})
+
+
 def _read_template(path: Path) -> Template:
     spec = json.loads((path / "cookiecutter.json").read_text())
     prompts = spec.get("__prompts__", {})
@@ -56,7 +61,8 @@ def _read_template(path: Path) -> Template:
         if isinstance(raw, list):
             options.append(Option(key, raw[0], str, tuple(raw), _prompt_text(prompts.get(key), key)))
         else:
-            kind = bool if isinstance(raw, bool) else int if isinstance(raw, int) else dict if isinstance(raw, dict) else str
+            integer = isinstance(raw, int) or key in INTEGER_KEYS  # a Jinja default is a string that renders to one
+            kind = bool if isinstance(raw, bool) else int if integer else dict if isinstance(raw, dict) else str
             options.append(Option(key, raw, kind, (), _prompt_text(prompts.get(key), key)))
     return Template(
         name=path.name,

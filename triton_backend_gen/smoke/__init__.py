@@ -13,21 +13,32 @@ whose config.pbtxt leaves its tensors to the backend's auto-complete is planned 
 - decoupled models over gRPC streaming: count, order and content of the responses against
   ``reference.responses``, the final flag, several requests per stream, concurrent streams, a stream
   cancelled mid-way;
+- sequence models (config.pbtxt's sequence_batching): every request carries a correlation ID and START/END
+  flags (a sequence of its own when a check sends one request); sequences over HTTP and gRPC, interleaved
+  from concurrent clients, restarted, for an unknown correlation ID and idle past the timeout, each answer
+  against ``reference.compute_sequence``;
 - bad requests (wrong dtype, wrong shape, missing input, unknown input, batch larger than max) each get
-  an error and leave the server healthy.
+  an error and leave the server healthy;
+- custom metrics a model declares (tbgen.toml ``metrics``) appear on the metrics endpoint with the values the
+  run implies (:func:`custom_metrics_results`); request parameters it declares (``parameters``) come back as
+  response parameters, and one of the wrong type is refused (:func:`request_parameters_results`).
 
 The fuzzer (:func:`plan_fuzz`, :func:`run_fuzz`) sends deterministic randomised malformed requests over
 raw HTTP and gRPC (loopback only) and reports what came back and the server's memory before and after.
 
 Modules: ``model`` (the model's config.pbtxt as a ModelSpec, reference.py), ``compare`` (judging outputs and
 served configs), ``clients`` (tritonclient clients and gRPC streams), ``checks`` (the checks and
-:func:`plan_smoke`), ``run`` (:func:`run_smoke`, JUnit XML), ``fuzz`` (:func:`plan_fuzz`, :func:`run_fuzz`,
-the report, server memory) and ``fuzz_requests`` (the registry of fuzz kinds and what each case sends, over raw HTTP and gRPC).
+:func:`plan_smoke`), ``sequences`` (the checks of sequence models), ``metrics`` (custom metrics),
+``parameters`` (request parameters), ``run`` (:func:`run_smoke`, JUnit XML), ``fuzz`` (:func:`plan_fuzz`,
+:func:`run_fuzz`, the report, server memory) and ``fuzz_requests`` (the registry of fuzz kinds and what each
+case sends, over raw HTTP and gRPC).
 """
 
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT, bad_requests, plan_smoke, served_configs
 from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints, ModelStatistics, server_statistics
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences, is_exact_dtype, output_mismatches
+from triton_backend_gen.smoke.metrics import custom_metrics_results, scrape
+from triton_backend_gen.smoke.parameters import request_parameters_results
 from triton_backend_gen.smoke.fuzz import (
     GRPC_POOL_FACTOR,
     FuzzReport,
@@ -50,6 +61,7 @@ from triton_backend_gen.smoke.model import (
     TensorSpec,
     leaves_tensors_to_backend,
     load_model_spec,
+    load_model_specs,
     load_reference,
     model_spec,
 )
@@ -74,10 +86,12 @@ __all__ = [
     "assert_outputs_match",
     "bad_requests",
     "config_differences",
+    "custom_metrics_results",
     "fuzz_tensors",
     "is_exact_dtype",
     "leaves_tensors_to_backend",
     "load_model_spec",
+    "load_model_specs",
     "load_reference",
     "memory_limit",
     "memory_of",
@@ -87,7 +101,9 @@ __all__ = [
     "plan_smoke",
     "run_fuzz",
     "run_fuzz_case",
+    "request_parameters_results",
     "run_smoke",
+    "scrape",
     "server_statistics",
     "served_configs",
     "write_junit_xml",

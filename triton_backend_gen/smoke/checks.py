@@ -35,6 +35,7 @@ from triton_backend_gen.smoke.model import (
     reference_mismatch,
 )
 from triton_backend_gen.smoke.run import SmokeCheck
+from triton_backend_gen.smoke.sequences import plan_sequence_checks
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -162,7 +163,7 @@ def _check_reference(spec: ModelSpec, reference: ModuleType, _endpoints: Endpoin
         problems += _tensor_problems("make_inputs", inputs, spec.inputs, batch)
         if spec.decoupled:
             for index, response in enumerate(reference.responses(inputs)):
-                problems += _tensor_problems(f"responses[{index}]", response, spec.outputs, None)
+                problems += _tensor_problems(f"responses[{index}]", response, spec.outputs, batch)
         else:
             outputs = reference.compute(inputs)
             problems += _tensor_problems("compute", outputs, spec.outputs, batch)
@@ -284,7 +285,7 @@ def _check_stream(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) 
     counts = []
     with Stream(endpoints) as stream:
         for seed in (0, 1):
-            inputs = reference.make_inputs(None, seed=seed)
+            inputs = reference.make_inputs(spec.batch_sizes[0], seed=seed)
             stream.send(spec, inputs, request_id=f"seed{seed}")
             results = stream.collect([f"seed{seed}"])[f"seed{seed}"]
             _assert_stream_matches(spec, reference, results, inputs, f"seed {seed}")
@@ -293,7 +294,7 @@ def _check_stream(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) 
 
 
 def _check_stream_many_requests(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
-    requests = {f"r{seed}": reference.make_inputs(None, seed=seed) for seed in range(2, 6)}
+    requests = {f"r{seed}": reference.make_inputs(spec.batch_sizes[0], seed=seed) for seed in range(2, 6)}
     with Stream(endpoints) as stream:
         for request_id, inputs in requests.items():
             stream.send(spec, inputs, request_id=request_id)
@@ -308,7 +309,7 @@ def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints:
 
     def run(seed: int) -> None:
         with Stream(endpoints) as stream:
-            inputs = reference.make_inputs(None, seed=seed)
+            inputs = reference.make_inputs(spec.batch_sizes[0], seed=seed)
             stream.send(spec, inputs, request_id=f"c{seed}")
             results = stream.collect([f"c{seed}"])[f"c{seed}"]
             _assert_stream_matches(spec, reference, results, inputs, f"stream {seed}")
@@ -318,7 +319,7 @@ def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints:
 
 
 def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
-    inputs = reference.make_inputs(None, seed=7)
+    inputs = reference.make_inputs(spec.batch_sizes[0], seed=7)
     expected = len(reference.responses(inputs))
     stream = Stream(endpoints)
     try:
@@ -333,7 +334,7 @@ def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endp
     with open_client("grpc", endpoints) as client:
         assert_healthy(client, spec, "grpc", "a stream cancelled mid-way")
     with Stream(endpoints) as fresh:
-        inputs = reference.make_inputs(None, seed=8)
+        inputs = reference.make_inputs(spec.batch_sizes[0], seed=8)
         fresh.send(spec, inputs, request_id="after")
         _assert_stream_matches(spec, reference, fresh.collect(["after"])["after"], inputs, "request after the cancel")
     when = "mid-stream" if received < expected else "after its last data response"
@@ -394,7 +395,7 @@ def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, proto
 
     with open_client(protocol, endpoints) as client:
         try:
-            infer(protocol, client, spec, reference.make_inputs(None, seed=0))
+            infer(protocol, client, spec, reference.make_inputs(spec.batch_sizes[0], seed=0))
         except InferenceServerException as err:
             message = error_text(err)
         else:
@@ -446,16 +447,20 @@ def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> 
         for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
             plan.append(SmokeCheck(f"refuses {what} (decoupled)", protocol,
                                    partial(_check_decoupled_refuses_unary, spec, reference, protocol)))
+        if spec.sequence is not None:
+            plan += plan_sequence_checks(spec, reference)
         bad_protocols = ("grpc",)
     else:
         for protocol in ("http", "grpc"):
             plan.append(SmokeCheck("infer", protocol, partial(_check_infer, spec, reference, protocol,
                                                                [spec.batch_sizes[0]])))
-            if spec.max_batch_size > 1:
+            if len(spec.batch_sizes) > 1:
                 plan.append(SmokeCheck(f"batch sizes 1..{spec.max_batch_size}", protocol,
                                        partial(_check_infer, spec, reference, protocol, spec.batch_sizes)))
             name = "concurrent requests" + (" (dynamic batching)" if spec.dynamic_batching else "")
             plan.append(SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol)))
+        if spec.sequence is not None:
+            plan += plan_sequence_checks(spec, reference)
         bad_protocols = ("http", "grpc")
     for what, inputs in bad_requests(spec, reference).items():
         for protocol in bad_protocols:

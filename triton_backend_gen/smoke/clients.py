@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import queue
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -79,17 +80,64 @@ def infer_inputs(protocol: str, inputs: dict[str, np.ndarray], datatypes: Mappin
     return tensors
 
 
-def infer(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class SequenceFlags:
+    """Where a request stands in its sequence: its correlation ID and whether it starts or ends it."""
+
+    id: int | str
+    start: bool = False
+    end: bool = False
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"sequence_id": self.id, "sequence_start": self.start, "sequence_end": self.end}
+
+
+_sequence_ids = itertools.count(1)
+
+
+def new_sequence_id(spec: ModelSpec) -> int | str:
+    """A correlation ID no other request of this process used, of the model's kind (string or integer)."""
+    number = next(_sequence_ids)
+    return f"tbgen-{number}" if spec.sequence is not None and spec.sequence.string_ids else number
+
+
+def one_request_sequence(spec: ModelSpec) -> SequenceFlags | None:
+    """For a sequence model, a fresh sequence of one request (START and END); None for other models."""
+    return SequenceFlags(new_sequence_id(spec), True, True) if spec.sequence is not None else None
+
+
+def infer(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndarray],
+          sequence: SequenceFlags | None = None) -> dict[str, np.ndarray]:
+    """The outputs of one request; a request of a sequence model carries ``sequence`` (default: a sequence of
+    its own, one_request_sequence)."""
+    result = infer_result(protocol, client, spec, inputs, sequence)
+    return {t.name: result.as_numpy(t.name) for t in spec.outputs}
+
+
+def infer_result(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndarray],
+                 sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> Any:
+    """tritonclient's result of one request (see infer), sent with request ``parameters``."""
     module = _client_module(protocol)
+    sequence = sequence or one_request_sequence(spec)
     outputs = [
         module.InferRequestedOutput(t.name, binary_data=True)
         if protocol == "http"
         else module.InferRequestedOutput(t.name)
         for t in spec.outputs
     ]
-    result = client.infer(spec.name, infer_inputs(protocol, inputs, spec.input_datatypes), outputs=outputs,
-                          **timeout_kwargs(protocol))
-    return {t.name: result.as_numpy(t.name) for t in spec.outputs}
+    return client.infer(spec.name, infer_inputs(protocol, inputs, spec.input_datatypes), outputs=outputs,
+                        parameters=parameters, **(sequence.kwargs() if sequence else {}), **timeout_kwargs(protocol))
+
+
+def response_parameters(result: Any) -> dict[str, Any]:
+    """The parameters of a tritonclient result (HTTP or gRPC), as plain values; Triton's own ones left out."""
+    response = result.get_response()
+    if isinstance(response, dict):  # HTTP
+        found = dict(response.get("parameters", {}))
+    else:
+        found = {key: getattr(value, value.WhichOneof("parameter_choice")) for key, value in response.parameters.items()
+                 if value.WhichOneof("parameter_choice")}
+    return {key: value for key, value in found.items() if not key.startswith("triton_")}
 
 
 def assert_healthy(client: Any, spec: ModelSpec, protocol: str, after: str) -> None:
@@ -118,11 +166,23 @@ class Stream:
         self._client.start_stream(callback=lambda result, error: self._results.put((result, error)))
         self._closed = False
 
-    def send(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str) -> None:
+    def send(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
+             sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> None:
+        """Send one request (with request ``parameters``); a request of a sequence model carries ``sequence``
+        (default: a sequence of its own)."""
+        sequence = sequence or one_request_sequence(spec)
         self._client.async_stream_infer(
             spec.name, infer_inputs("grpc", inputs, spec.input_datatypes), request_id=request_id,
-            enable_empty_final_response=True,
+            enable_empty_final_response=True, parameters=parameters, **(sequence.kwargs() if sequence else {}),
         )
+
+    def infer(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
+              sequence: SequenceFlags | None = None) -> list[dict[str, np.ndarray]]:
+        """The outputs of each data response to one request, in order (AssertionError for an error)."""
+        self.send(spec, inputs, request_id, sequence)
+        results = self.collect([request_id])[request_id]
+        return [{t.name: r.as_numpy(t.name) for t in spec.outputs} for r in results
+                if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
 
     def next(self, timeout: float = REQUEST_TIMEOUT_S):
         """The next (result, error) on the stream."""

@@ -121,6 +121,8 @@ def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | N
 
 
 def _kind_applies(kind: str, spec: ModelSpec) -> bool:
+    if kind == "sequence controls":
+        return spec.sequence is not None
     if kind == "batch too large":
         return spec.max_batch_size > 0
     if kind == "garbage values":

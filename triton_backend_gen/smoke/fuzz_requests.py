@@ -26,7 +26,13 @@ from tritonclient.utils import (
 )
 
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT
-from triton_backend_gen.smoke.clients import Endpoints, bfloat16_bytes, wire_datatype
+from triton_backend_gen.smoke.clients import (
+    Endpoints,
+    bfloat16_bytes,
+    new_sequence_id,
+    one_request_sequence,
+    wire_datatype,
+)
 from triton_backend_gen.smoke.compare import assert_outputs_match
 from triton_backend_gen.smoke.model import ModelSpec
 
@@ -62,6 +68,7 @@ FUZZ_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "unknown model": (2, ("http", "grpc")),
     "cancelled mid-flight": (10, ("http", "grpc")),
     "client disconnects": (10, ("http", "grpc")),
+    "sequence controls": (16, ("http", "grpc")),  # sequence models only
 }
 
 
@@ -102,6 +109,8 @@ def run_fuzz_case(case: FuzzCase, endpoints: Endpoints) -> str:
         return _fuzz_malformed(case, rng, endpoints)
     if case.kind == "cancelled mid-flight":
         return _fuzz_cancel(case, rng, endpoints)
+    if case.kind == "sequence controls":
+        return _fuzz_sequence_controls(case, rng, endpoints)
     model, tensors = fuzz_tensors(case, rng)
     return send_wire(case.protocol, endpoints, model, tensors, case.model, decoupled=case.model.decoupled)
 
@@ -277,7 +286,20 @@ def _split(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _http_body(spec: ModelSpec, wires: list[_Wire]) -> tuple[bytes, dict[str, str]]:
+# A request's sequence parameters as they go on the wire (sequence_id, sequence_start, sequence_end): values of
+# any type, for the fuzzer to send bad ones. A request of a sequence model gets a sequence of its own by default.
+SequenceParameters = dict[str, Any]
+
+
+def _sequence_parameters(spec: ModelSpec, sequence: SequenceParameters | None) -> SequenceParameters:
+    if sequence is not None:
+        return sequence
+    flags = one_request_sequence(spec)
+    return {} if flags is None else flags.kwargs()
+
+
+def _http_body(spec: ModelSpec, wires: list[_Wire],
+               sequence: SequenceParameters | None = None) -> tuple[bytes, dict[str, str]]:
     header = {
         "inputs": [
             {"name": w.name, "datatype": w.datatype, "shape": w.shape,
@@ -286,6 +308,9 @@ def _http_body(spec: ModelSpec, wires: list[_Wire]) -> tuple[bytes, dict[str, st
         ],
         "outputs": [{"name": t.name, "parameters": {"binary_data": True}} for t in spec.outputs],
     }
+    parameters = _sequence_parameters(spec, sequence)
+    if parameters:
+        header["parameters"] = parameters
     head = json.dumps(header).encode()
     return head + b"".join(w.payload for w in wires), {
         "Inference-Header-Content-Length": str(len(head)),
@@ -321,9 +346,21 @@ def _grpc_stub(endpoints: Endpoints):
     return channel, service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
-def _grpc_request(model: str, spec: ModelSpec, wires: list[_Wire], request_id: str = ""):
+def _grpc_request(model: str, spec: ModelSpec, wires: list[_Wire], request_id: str = "",
+                  sequence: SequenceParameters | None = None):
 
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    for key, value in _sequence_parameters(spec, sequence).items():
+        parameter = request.parameters[key]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            if value >= 2**63:
+                parameter.uint64_param = value
+            else:
+                parameter.int64_param = value
+        else:
+            parameter.string_param = str(value)
     for w in wires:
         tensor = request.inputs.add()
         tensor.name, tensor.datatype = w.name, w.datatype
@@ -598,3 +635,71 @@ def _malformed_http(rng: random.Random, wires: list[_Wire], body: bytes,
     else:
         body = body[:length] + rng.randbytes(8)  # binary part too short
     return body, headers
+
+
+# -- sequence models
+
+
+def _send_sequenced(case: FuzzCase, endpoints: Endpoints, inputs: dict,
+                    sequence: SequenceParameters) -> tuple[str, Any]:
+    """Send one request with ``sequence`` as its sequence parameters: ("ok", outputs) or (how it was refused,
+    None)."""
+    spec = case.model
+    wires = _wire_from_arrays(inputs, spec)
+    if spec.decoupled and case.protocol == "grpc":
+        outcome, responses = _grpc_stream_once(endpoints, _grpc_request(spec.name, spec, wires, "seq", sequence))
+        data = [r for r in responses if r.outputs]
+        if outcome == "ok" and len(data) != 1:
+            raise AssertionError(f"{len(data)} responses with data to one request of a sequence, expected 1")
+        return outcome, _decode_grpc_outputs(data[0], triton_to_np_dtype) if outcome == "ok" else None
+    if case.protocol == "http":
+        status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence))
+        if status != 200:
+            return f"http {status}", None
+        return "ok", _decode_http_outputs(body, headers, triton_to_np_dtype)
+    channel, stub = _grpc_stub(endpoints)
+    try:
+        response = stub.ModelInfer(_grpc_request(spec.name, spec, wires, sequence=sequence), timeout=FUZZ_TIMEOUT_S)
+        return "ok", _decode_grpc_outputs(response, triton_to_np_dtype)
+    except Exception as err:  # noqa: BLE001 - grpc.RpcError, classified
+        return _grpc_outcome(err), None
+    finally:
+        channel.close()
+
+
+def _fuzz_sequence_controls(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> str:
+    """Bad or unusual sequence controls: no correlation ID, a request of a sequence that never started, an ID of
+    the wrong kind or out of range, flags of the wrong type; or a sequence restarted mid-way, whose answers must
+    equal reference.compute_sequence. A case that starts a sequence ends it."""
+    spec, reference = case.model, case.reference
+    batch = 1 if spec.max_batch_size > 0 else None
+    inputs = reference.make_inputs(batch, seed=rng.randrange(1000))
+    if spec.decoupled and case.protocol == "http":  # refused by design: HTTP does not serve decoupled models
+        return send_wire("http", endpoints, spec.name, _wire_from_arrays(inputs, spec), spec, decoupled=True)
+    fresh = new_sequence_id(spec)
+    wrong_kind = rng.randrange(1, 2**31) if isinstance(fresh, str) else f"tbgen-{fresh}"
+    choice = rng.randrange(8)
+    if choice == 7:  # a valid sequence started twice: the second START begins from the initial state
+        first, second = rng.randrange(1, 4), rng.randrange(1, 4)
+        steps = [reference.make_inputs(batch, seed=rng.randrange(1000)) for _ in range(first + second)]
+        expected = reference.compute_sequence(steps[:first]) + reference.compute_sequence(steps[first:])
+        for index, (step, want) in enumerate(zip(steps, expected)):
+            flags = {"sequence_id": fresh, "sequence_start": index in (0, first),
+                     "sequence_end": index == len(steps) - 1}
+            outcome, got = _send_sequenced(case, endpoints, step, flags)
+            if outcome != "ok":
+                raise AssertionError(f"request {index} of a valid sequence was refused ({outcome})")
+            assert_outputs_match(got, want, reference.TOLERANCE, f"sequence request {index} (restarted at {first})")
+        return "ok"
+    sequence = [
+        {},  # no correlation ID at all
+        {"sequence_id": fresh},  # a request of a sequence that never started
+        {"sequence_id": fresh, "sequence_end": True},  # END of a sequence that never started
+        {"sequence_id": wrong_kind, "sequence_start": True, "sequence_end": True},
+        {"sequence_id": rng.choice([0, ""]), "sequence_start": True, "sequence_end": True},
+        {"sequence_id": rng.choice([2**64 - 1, -1, "x" * rng.choice([1, 300, 70000])]), "sequence_start": True,
+         "sequence_end": True},
+        {"sequence_id": fresh, "sequence_start": rng.choice(["yes", 1, 2.5]), "sequence_end": True},
+    ][choice]
+    outcome, _ = _send_sequenced(case, endpoints, inputs, sequence)
+    return outcome

@@ -39,6 +39,16 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class SequenceSpec:
+    """How the model's sequence batcher is set up (config.pbtxt's sequence_batching)."""
+
+    strategy: str  # "direct" or "oldest"
+    string_ids: bool  # correlation IDs are strings (CORRID is TYPE_STRING), else unsigned integers
+    idle_timeout_s: float  # a sequence idle this long is ended by Triton
+    implicit_state: bool  # Triton keeps a state tensor between the sequence's requests
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     max_batch_size: int
@@ -49,11 +59,15 @@ class ModelSpec:
     # config.pbtxt leaves the tensors (and batching) to the backend's auto-complete: this spec is the served
     # config's (see leaves_tensors_to_backend)
     auto_completed: bool = False
+    sequence: SequenceSpec | None = None  # the model is stateful: every request belongs to a sequence
 
     @property
     def batch_sizes(self) -> list[int | None]:
-        """The batch sizes to test: 1..max_batch_size, or [None] for a model that does not batch."""
-        return list(range(1, self.max_batch_size + 1)) if self.max_batch_size > 0 else [None]
+        """The batch sizes to test: 1..max_batch_size (1 for a sequence model: the sequence batcher takes one
+        row per request), or [None] for a model that does not batch."""
+        if self.max_batch_size <= 0:
+            return [None]
+        return [1] if self.sequence is not None else list(range(1, self.max_batch_size + 1))
 
     @property
     def input_datatypes(self) -> dict[str, str]:
@@ -83,7 +97,27 @@ def model_spec(config: ModelConfig, name: str) -> ModelSpec:
         dynamic_batching=config.HasField("dynamic_batching") and config.max_batch_size > 0,
         inputs=tensors(config.input, optional=True),
         outputs=tensors(config.output, optional=False),
+        sequence=sequence_spec(config),
     )
+
+
+# Triton's default when max_sequence_idle_microseconds is not set.
+DEFAULT_SEQUENCE_IDLE_S = 1.0
+
+
+def sequence_spec(config: ModelConfig) -> SequenceSpec | None:
+    """The model's sequence batching, or None when it has none."""
+    if not config.HasField("sequence_batching"):
+        return None
+    batching = config.sequence_batching
+    corrid = model_config_pb2.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+    string_ids = any(
+        control.kind == corrid and control.data_type == model_config_pb2.TYPE_STRING
+        for tensor in batching.control_input for control in tensor.control
+    )
+    idle = batching.max_sequence_idle_microseconds / 1e6 or DEFAULT_SEQUENCE_IDLE_S
+    return SequenceSpec(strategy=batching.WhichOneof("strategy_choice") or "direct", string_ids=string_ids,
+                        idle_timeout_s=idle, implicit_state=len(batching.state) > 0)
 
 
 def leaves_tensors_to_backend(config: ModelConfig) -> bool:
@@ -128,9 +162,25 @@ def load_model_specs(
         path = entry.reference or project.reference_file
         if path not in references:
             references[path] = load_reference(path)
-        check_reference_api(references[path], spec.decoupled)
-        loaded.append((references[path], spec, config))
+        check_reference_api(references[path], spec.decoupled, spec.sequence is not None)
+        loaded.append((references[path], _with_reference_ids(spec, config, references[path]), config))
     return loaded
+
+
+def _with_reference_ids(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> ModelSpec:
+    """``spec`` with string correlation IDs when its config declares no CORRID control input (which would say the
+    IDs' type) and its reference's SEQUENCE says "string": what the model's clients send."""
+    if spec.sequence is None or _declares_corrid(config):
+        return spec
+    declared = getattr(reference, "SEQUENCE", None)
+    said = declared.get("correlation_id") if isinstance(declared, dict) else None
+    return replace(spec, sequence=replace(spec.sequence, string_ids=said == "string")) if said else spec
+
+
+def _declares_corrid(config: ModelConfig) -> bool:
+    corrid = model_config_pb2.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+    controls = (control for tensor in config.sequence_batching.control_input for control in tensor.control)
+    return any(control.kind == corrid for control in controls)
 
 
 # ---- reference.py ---------------------------------------------------------------------------------------
@@ -177,12 +227,13 @@ def reference_mismatch(spec: ModelSpec, reference: ModuleType) -> str | None:
             "or drop it from tbgen.toml's [[models]] (it is still served).")
 
 
-def check_reference_api(reference: ModuleType, decoupled: bool) -> None:
+def check_reference_api(reference: ModuleType, decoupled: bool, sequence: bool = False) -> None:
     wanted = ["make_inputs", "TOLERANCE", "responses" if decoupled else "compute"]
+    wanted += ["compute_sequence"] if sequence else []
     missing = [name for name in wanted if not hasattr(reference, name)]
     if missing:
         raise SmokeError(
             f"{reference.__file__} lacks {', '.join(missing)}.",
-            "reference.py defines make_inputs, TOLERANCE and compute (responses for decoupled models); "
-            "see docs/templates.md.",
+            "reference.py defines make_inputs, TOLERANCE and compute (responses for decoupled models, and "
+            "compute_sequence for sequence models); see docs/templates.md.",
         )

@@ -25,6 +25,9 @@ if PATTERN == "bls":
         problems.append(f"callees must be model names separated by commas (got {CALLEES!r})")
     if MODEL in names:
         problems.append(f"model {MODEL!r} cannot call itself: it is among the callees")
+    if {{ cookiecutter.custom_metrics|default(false) }}:
+        problems.append("custom_metrics are published by the backend's own executor; the BLS router answers in its "
+                        "callees' callbacks and has none (drop --set custom_metrics=yes, or use pattern=none)")
 for problem in problems:
     print(f"ERROR: {problem}", file=sys.stderr)
 sys.exit(1 if problems else 0)

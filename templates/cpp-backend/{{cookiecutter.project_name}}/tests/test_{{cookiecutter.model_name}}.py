@@ -1,4 +1,7 @@
 {%- import "signature.j2" as sig with context -%}
+{%- if sig.accumulator -%}
+{% include "test_sequence.py.j2" %}
+{%- else -%}
 """Smoke tests of model "{{ cookiecutter.model_name }}" against a running server (see conftest.py), compared with reference.py."""
 
 from __future__ import annotations
@@ -96,4 +99,5 @@ def test_inputs_of_different_shapes_are_rejected(http_client):
     longer = np.concatenate([inputs[reference.INPUT1]] * 2, axis=-1)
     with pytest.raises(InferenceServerException):
         infer(http_client, httpclient, {reference.INPUT0: inputs[reference.INPUT0], reference.INPUT1: longer})
+{%- endif %}
 {%- endif %}

@@ -32,6 +32,40 @@
 // below, so no early return leaks one, every request gets exactly one final
 // flag, and every error is sent to the request it concerns.
 
+{%- elif sig.accumulator -%}
+// {{ cookiecutter.backend_name }}: a decoupled Triton backend for a stateful model.
+//
+// A decoupled model may send any number of responses per request, at any
+// time, and closes each request's stream with a response (or a bare flag)
+// carrying TRITONSERVER_RESPONSE_COMPLETE_FINAL. This one runs under Triton's
+// sequence batcher ({{ sig.sequence }} strategy): each request belongs to a sequence,
+// and its one response, flagged final, holds in every output the running sum
+// of {{ sig.inputs[0].name }} over the requests of its sequence so far.
+{%- for t in sig.inputs %}
+//   in  {{ tensor(t) }}
+{%- endfor %}
+{%- for t in sig.outputs %}
+//   out {{ tensor(t) }}
+{%- endfor %}
+{%- if cookiecutter.implicit_state %}
+// Triton keeps each sequence's state (implicit state: STATE_IN, STATE_OUT).
+{%- elif sig.sequence == 'oldest' %}
+// The backend keeps each sequence's state, by correlation ID.
+{%- else %}
+// The backend keeps each sequence's state, by batch slot.
+{%- endif %}
+{%- if cookiecutter.request_parameters %}
+// Each response carries the request's parameter "tag" back (see ReadRequestParameters).
+{%- endif %}
+//
+// Put your own computation in Step() below. The rest is the plumbing every
+// sequence backend needs: config validation, the control inputs, the state of
+// each sequence, errors and statistics.
+//
+// Errors: when a response factory cannot be created, execute returns the
+// error and Triton answers and releases every request of the call. Otherwise
+// each request's error travels in its final response, and every request is
+// released.
 {%- else -%}
 // {{ cookiecutter.backend_name }}: a decoupled Triton backend.
 //
@@ -58,6 +92,9 @@
 {%- endif %}
 
 #include <algorithm>
+{%- if sig.add_sub and cookiecutter.custom_metrics %}
+#include <atomic>
+{%- endif %}
 {%- if not sig.add_sub %}
 #include <charconv>
 {%- endif %}
@@ -82,6 +119,9 @@
 {%- else %}
 #include <string_view>
 #include <type_traits>
+{%- endif %}
+{%- if sig.accumulator and not cookiecutter.implicit_state %}
+#include <unordered_map>
 {%- endif %}
 #include <utility>
 #include <vector>
@@ -164,6 +204,10 @@ SetScalarOutput(
   std::memcpy(buffer, value, byte_size);
   return nullptr;  // success
 }
+{%- if cookiecutter.request_parameters %}
+
+{% include "request_parameters.cc.j2" %}
+{%- endif %}
 
 //
 // ResponseStream
@@ -202,8 +246,17 @@ class ResponseStream {
     return cancelled;
   }
 
+{%- if cookiecutter.request_parameters %}
+
+  // Send one (non-final) response holding OUT = 'out' and IDX = 'idx', and
+  // the response parameter "tag".
+  TRITONSERVER_Error* Send(
+      int32_t out, uint32_t idx, const RequestParameters& parameters)
+{%- else %}
+
   // Send one (non-final) response holding OUT = 'out' and IDX = 'idx'.
   TRITONSERVER_Error* Send(int32_t out, uint32_t idx)
+{%- endif %}
   {
     TRITONBACKEND_Response* raw = nullptr;
     RETURN_IF_ERROR(TRITONBACKEND_ResponseNewFromFactory(&raw, factory_.get()));
@@ -212,6 +265,9 @@ class ResponseStream {
         response.get(), "OUT", TRITONSERVER_TYPE_INT32, &out, sizeof(out)));
     RETURN_IF_ERROR(SetScalarOutput(
         response.get(), "IDX", TRITONSERVER_TYPE_UINT32, &idx, sizeof(idx)));
+{%- if cookiecutter.request_parameters %}
+    RETURN_IF_ERROR(SetResponseParameters(parameters, response.get()));
+{%- endif %}
     // Triton owns the response from here on, even if sending fails.
     return TRITONBACKEND_ResponseSend(
         response.release(), 0 /* send_flags */, nullptr /* success */);
@@ -265,8 +321,15 @@ struct StreamJob {
   std::vector<int32_t> in;
   std::vector<uint32_t> delay_ms;
   uint32_t wait_ms = 0;
+{%- if cookiecutter.request_parameters %}
+  RequestParameters parameters;  // answered back in every response
+{%- endif %}
   uint64_t exec_start_ns = 0;
   uint64_t compute_start_ns = 0;
+{%- if cookiecutter.custom_metrics %}
+  // The execution the request came in, shared by its requests' jobs.
+  std::shared_ptr<struct ExecutionTally> execution;
+{%- endif %}
 };
 
 // Copy the whole input tensor 'name' (in CPU memory) into 'values'.
@@ -328,6 +391,19 @@ ReadRequest(TRITONBACKEND_Request* request, StreamJob* job)
 }
 
 {% include "backend_helpers.cc.j2" %}
+{%- if cookiecutter.custom_metrics %}
+
+// The requests of one execution still streaming, and those that succeeded.
+// Triton counts an execution when execute returns (execution_count) and a
+// request when it is released with success (inference_count): the
+// execution_batch_size histogram observes an execution's successful requests
+// once its last request is released, so that it matches both.
+struct ExecutionTally {
+  explicit ExecutionTally(uint32_t requests) : pending(requests) {}
+  std::atomic<uint32_t> pending;
+  std::atomic<uint64_t> succeeded{0};
+};
+{% endif %}
 // The configuration must have the decoupled "repeat" interface.
 TRITONSERVER_Error*
 ModelState::ValidateModelConfig()
@@ -468,14 +544,26 @@ ModelInstanceState::ProcessRequests(
   // From here on the requests are ours: each stream ends with a final flag
   // (an error travels in its final response), and each request is released.
   ReapFinishedWorkers();
+{%- if cookiecutter.custom_metrics %}
+  const auto execution = std::make_shared<ExecutionTally>(request_count);
+{%- endif %}
   for (uint32_t r = 0; r < request_count; ++r) {
     auto job = std::make_shared<StreamJob>();
     job->request.reset(requests[r]);
     job->stream.reset(new ResponseStream(factories[r]));
     job->exec_start_ns = exec_start_ns;
     job->compute_start_ns = exec_start_ns;
+{%- if cookiecutter.custom_metrics %}
+    job->execution = execution;
+{%- endif %}
 
     TRITONSERVER_Error* err = ReadRequest(job->request.get(), job.get());
+{%- if cookiecutter.request_parameters %}
+    if (err == nullptr) {
+      err = ReadRequestParameters(
+          Model()->Name(), job->request.get(), &job->parameters);
+    }
+{%- endif %}
     if (err != nullptr) {
       job->stream->Close(err);
       ReleaseRequest(*job, false /* success */);
@@ -547,7 +635,11 @@ ModelInstanceState::Stream(std::shared_ptr<StreamJob> shared_job)
 
     // Your streaming logic goes here: produce the i-th result (a token, a
     // chunk, a partial result...) and send it. This example repeats IN[i].
+{%- if cookiecutter.request_parameters %}
+    error = job.stream->Send(job.in[i], static_cast<uint32_t>(i), job.parameters);
+{%- else %}
     error = job.stream->Send(job.in[i], static_cast<uint32_t>(i));
+{%- endif %}
     if (error != nullptr) {
       break;
     }
@@ -587,8 +679,58 @@ ModelInstanceState::ReleaseRequest(StreamJob& job, bool success)
   ReportRequestStatistics(
       job.request.get(), success, job.exec_start_ns, job.compute_start_ns);
   job.request.reset();
+{%- if cookiecutter.custom_metrics %}
+
+  ModelMetrics& metrics = static_cast<ModelState*>(Model())->Metrics();
+  uint64_t now_ns = 0;
+  SET_TIMESTAMP(now_ns);
+  metrics.AddLatency(now_ns - job.exec_start_ns);
+  ExecutionTally& execution = *job.execution;
+  if (success) {
+    execution.succeeded.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (execution.pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    metrics.ObserveBatchSize(
+        execution.succeeded.load(std::memory_order_relaxed));
+  }
+{%- endif %}
 }
 
+{%- elif sig.accumulator %}
+
+// ResponseFactoryDeleter comes from backend_common.h.
+using ResponseFactoryPtr =
+    std::unique_ptr<TRITONBACKEND_ResponseFactory, ResponseFactoryDeleter>;
+
+{% include "backend_helpers.cc.j2" %}
+{%- if cookiecutter.request_parameters %}
+
+{% include "request_parameters.cc.j2" %}
+{%- endif %}
+{% include "backend_tensors.cc.j2" %}
+
+{% include "decoupled_sequence.cc.j2" %}
+
+// The configuration must be decoupled and declare the tensors of the table
+// and the sequence batcher's control inputs.
+TRITONSERVER_Error*
+ModelState::ValidateModelConfig()
+{
+  // Responses go through a response factory, so the model must be decoupled.
+  bool decoupled = false;
+  common::TritonJson::Value policy;
+  if (ModelConfig().Find("model_transaction_policy", &policy)) {
+    common::TritonJson::Value value;
+    if (policy.Find("decoupled", &value)) {
+      RETURN_IF_ERROR(value.AsBool(&decoupled));
+    }
+  }
+  RETURN_ERROR_IF_FALSE(
+      decoupled, TRITONSERVER_ERROR_INVALID_ARG,
+      ModelPrefix(Name()) + "model_transaction_policy.decoupled must be true");
+  RETURN_IF_ERROR(ValidateTensors(this, kInputs, kOutputs));
+  return ValidateSequenceBatching(this);
+}
 {%- else %}
 
 // ResponseFactoryDeleter comes from backend_common.h.

@@ -1,4 +1,7 @@
 {%- import "signature.j2" as sig with context -%}
+{%- if sig.accumulator -%}
+{% include "test_sequence.py.j2" %}
+{%- else -%}
 """Streaming tests of {{ cookiecutter.model_name }} over gRPC, compared with reference.py.
 
 A decoupled model answers only on a gRPC stream. ``enable_empty_final_response=True`` makes the server
@@ -232,4 +235,5 @@ def test_a_missing_required_input_is_refused(stream, client):
     result, error = stream.next()
     assert result is None and error is not None, f"a request without {required} must be refused"
     assert client.is_server_live() and client.is_model_ready(MODEL_NAME)
+{%- endif %}
 {%- endif %}

@@ -1,3 +1,7 @@
+{%- import "signature.j2" as sig with context -%}
+{%- if sig.accumulator -%}
+{% include "test_sequence.py.j2" %}
+{%- else -%}
 """Tests of model "{{ cookiecutter.model_name }}" on a running server: outputs against reference.py, batches, bad requests.
 
 The tensors, batching and expected outputs all come from reference.py (INPUTS, OUTPUTS, MAX_BATCH_SIZE,
@@ -124,3 +128,4 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(triton, reference)
     assert client.is_server_live()
     inputs = reference.make_inputs(batch(1))
     assert_matches_reference(reference, inputs, infer(client_module, client, reference, inputs))
+{%- endif %}

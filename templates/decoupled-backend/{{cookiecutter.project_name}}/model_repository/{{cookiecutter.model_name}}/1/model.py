@@ -9,6 +9,20 @@ the request for at least WAIT milliseconds.
 Threading: execute() only checks each request and hands it to a worker thread of its own, so the
 instance takes the next request while earlier ones are still streaming. finalize() stops and joins
 the workers.
+{%- if cookiecutter.custom_metrics %}
+
+Custom metrics (served with Triton's own on the metrics port, /metrics): requests_process_latency_ns, a counter
+of the time from the start of `execute` to the end of each request's stream, summed over requests, and
+execution_batch_size, a histogram of the requests of each execution. Both are labelled with the model's name
+and version.
+{%- endif %}
+{%- if cookiecutter.request_parameters %}
+
+Request parameters: a request may carry the string parameter "tag" ("untagged" when it has none); a tag
+that is not a string gets an INVALID_ARG error. Every data response carries the tag back as its response
+parameter "tag" where the python backend supports response parameters (release 25.02 and later; initialize()
+checks once and logs when it cannot).
+{%- endif %}
 """
 
 import json
@@ -20,6 +34,14 @@ import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 MAX_DELAY_MS = 10000  # the longest DELAY (per element) and WAIT a request may ask for
+{%- if cookiecutter.custom_metrics %}
+BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]  # upper bounds of execution_batch_size's buckets
+{%- endif %}
+{%- if cookiecutter.request_parameters %}
+
+
+{% set tag_error = "ValueError" %}{% include "python_tag.py.j2" %}
+{%- endif %}
 
 
 class TritonPythonModel:
@@ -33,17 +55,50 @@ class TritonPythonModel:
         self._stopping = threading.Event()
         self._workers_lock = threading.Lock()
         self._workers = set()
+{%- if cookiecutter.custom_metrics %}
+        # Custom metrics, on Triton's metrics endpoint with its own (the model owns them: see finalize).
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.latency_family = pb_utils.MetricFamily(
+            name="requests_process_latency_ns",
+            description="Cumulative time spent processing requests",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.latency = self.latency_family.Metric(labels=labels)
+        self.batch_size_family = pb_utils.MetricFamily(
+            name="execution_batch_size",
+            description="Requests per execution",
+            kind=pb_utils.MetricFamily.HISTOGRAM,
+        )
+        self.batch_size = self.batch_size_family.Metric(labels=labels, buckets=BATCH_SIZE_BUCKETS)
+{%- endif %}
+{%- if cookiecutter.request_parameters %}
+        self.response_parameters = response_parameters_supported()
+        if not self.response_parameters:
+            self.logger.log_warn(f"{args['model_name']}: this python backend sends no response parameters (they "
+                                 "need release 25.02): responses carry no 'tag'")
+{%- endif %}
 
     def execute(self, requests):
+{%- if cookiecutter.custom_metrics %}
+        started = time.monotonic_ns()
+        # The python backend counts every request of the execution (execution_count, inference_count).
+        self.batch_size.observe(len(requests))
+{%- endif %}
         for request in requests:
             sender = request.get_response_sender()
             try:
                 values, delays_ms, wait_ms = self._read_request(request)
+{%- if cookiecutter.request_parameters %}
+                tag = request_tag(request)
+{%- endif %}
             except ValueError as err:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))), flags=FINAL)
+{%- if cookiecutter.custom_metrics %}
+                self.latency.increment(time.monotonic_ns() - started)
+{%- endif %}
                 continue
             worker = threading.Thread(
-                target=self._stream, args=(request, sender, values, delays_ms, wait_ms), daemon=True
+                target=self._stream, args=(request, sender, values, delays_ms, wait_ms{{ ', tag' if cookiecutter.request_parameters else '' }}{{ ', started' if cookiecutter.custom_metrics else '' }}), daemon=True
             )
             with self._workers_lock:
                 self._workers.add(worker)
@@ -57,6 +112,10 @@ class TritonPythonModel:
             workers = list(self._workers)
         for worker in workers:
             worker.join()
+{%- if cookiecutter.custom_metrics %}
+        # The model owns its metrics: removing them (each metric before its family) takes them off /metrics.
+        del self.latency, self.batch_size, self.latency_family, self.batch_size_family
+{%- endif %}
 
     @staticmethod
     def _read_request(request):
@@ -82,8 +141,17 @@ class TritonPythonModel:
         """Sleep until the monotonic time ``deadline``; False when the model is shutting down."""
         return not self._stopping.wait(max(0.0, deadline - time.monotonic()))
 
-    def _stream(self, request, sender, values, delays_ms, wait_ms):
-        """Runs on a worker thread: the whole response stream of one request, always ending with FINAL."""
+    def _stream(self, request, sender, values, delays_ms, wait_ms{{ ', tag' if cookiecutter.request_parameters else '' }}{{ ', started_ns' if cookiecutter.custom_metrics else '' }}):
+        """Runs on a worker thread: the whole response stream of one request, always ending with FINAL.
+{%- if cookiecutter.request_parameters %}
+        ``tag`` is the request's tag, sent back with every response.
+{%- endif %}
+{%- if cookiecutter.custom_metrics %}
+        ``started_ns`` is when execute began (for requests_process_latency_ns).
+{%- endif %}
+{%- if cookiecutter.request_parameters or cookiecutter.custom_metrics %}
+        """
+{%- else %}"""{% endif %}
         error = None
         start = time.monotonic()
         release_at = start + wait_ms / 1000.0
@@ -104,6 +172,11 @@ class TritonPythonModel:
                     pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
                     pb_utils.Tensor("IDX", np.array([i], dtype=np.uint32)),
                 ]
+{%- if cookiecutter.request_parameters %}
+                if self.response_parameters:
+                    sender.send(pb_utils.InferenceResponse(output_tensors=outputs, parameters={TAG: tag}))
+                    continue
+{%- endif %}
                 sender.send(pb_utils.InferenceResponse(output_tensors=outputs))
         except Exception as err:  # noqa: BLE001 - any failure must still close the stream
             self.logger.log_error(f"{request.request_id()}: stream failed: {err}")
@@ -116,10 +189,323 @@ class TritonPythonModel:
                     sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
             except Exception as err:  # noqa: BLE001 - nothing more can be sent to this client
                 self.logger.log_error(f"{request.request_id()}: cannot close the stream: {err}")
+{%- if cookiecutter.custom_metrics %}
+            self.latency.increment(time.monotonic_ns() - started_ns)
+{%- endif %}
             if error is None:
                 self._sleep_until(release_at)  # keep the request until WAIT has passed
             with self._workers_lock:
                 self._workers.discard(threading.current_thread())
+{%- elif sig.accumulator -%}
+{%- set c = cookiecutter -%}
+{%- set mbs = c.max_batch_size|int -%}
+{%- set batched = mbs > 0 -%}
+{%- set direct = sig.sequence == 'direct' -%}
+{%- set metrics = c.custom_metrics -%}
+{%- set tag = c.request_parameters -%}
+{%- set t = sig.inputs[0] -%}
+"""{{ c.model_name }}: a decoupled stateful Python model under Triton's sequence batcher ({{ sig.sequence }} strategy).
+
+Inputs:  {{ sig.inputs|map(attribute='name')|join(', ') }}
+Outputs: {{ sig.outputs|map(attribute='name')|join(', ') }}, each the running sum of {{ t.name }} over the requests of its sequence
+
+Each request belongs to a sequence and gets exactly one response through its response sender: its outputs
+(or its error) with the final flag (TRITONSERVER_RESPONSE_COMPLETE_FINAL) on that same response. Triton's
+sequence batcher routes every request of a sequence to the same model instance and sets the control inputs
+START, END and READY. This file keeps each sequence's state itself (the python backend has no implicit state):
+{%- if direct %}
+  direct: a sequence holds one batch slot of the instance from its START to its END, and the request at
+  position i of `requests` belongs to slot i. A slot below the highest busy one that has no request in this
+  batch is filled with a null request (READY 0, meaningless data), answered with an empty response and
+  otherwise ignored. The state is one row per slot, zeroed on START and on END.
+{%- else %}
+  oldest: the requests of up to max_candidate_sequences sequences are batched together, at most one per
+  sequence, so the state is kept per correlation ID: created on START (a correlation ID that starts again
+  starts from zero), dropped on END, and dropped once the sequence has been idle long enough that Triton has
+  ended it (twice its idle timeout, max_sequence_idle_microseconds).
+{%- endif %}
+
+Your logic goes in `step()` below. Keep reference.py's step() in step with it: the project's tests compare the
+streamed responses with reference.compute_sequence().
+{%- if metrics %}
+
+Custom metrics (served with Triton's own on the metrics port, /metrics): requests_process_latency_ns, a counter
+of the time from the start of `execute` to each response, summed over requests, and execution_batch_size, a
+histogram of the requests with data of each execution. Both are labelled with the model's name and version.
+{%- endif %}
+{%- if tag %}
+
+Request parameters: a request may carry the string parameter "tag" ("untagged" when it has none); a tag
+that is not a string gets an INVALID_ARG error. Every data response carries the tag back as its response
+parameter "tag" where the python backend supports response parameters (release 25.02 and later; initialize()
+checks once and logs when it cannot).
+{%- endif %}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+# The model's tensors, as config.pbtxt declares them: dims without the batch dimension.
+INPUTS = {  # name: (data type, dims, optional)
+{%- for i in sig.inputs %}
+    "{{ i.name }}": ("{{ i.config_type }}", [{{ i.dims|join(', ') }}], {{ 'True' if i.optional else 'False' }}),
+{%- endfor %}
+}
+OUTPUTS = {  # name: (data type, dims)
+{%- for o in sig.outputs %}
+    "{{ o.name }}": ("{{ o.config_type }}", [{{ o.dims|join(', ') }}]),
+{%- endfor %}
+}
+MAX_BATCH_SIZE = {{ mbs }}
+SUMMED = "{{ t.name }}"  # the input whose running sum every output is: the state has its data type and dims
+{%- if metrics %}
+BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]  # upper bounds of execution_batch_size's buckets
+{%- endif %}
+
+
+# ---- Your computation ------------------------------------------------------------------------------
+def step(state: np.ndarray, inputs: dict[str, np.ndarray | None]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One request of a sequence: ``state`` is the sequence's state before it (zeros on START), {{ t.datatype }}
+    {{ t.dims }}, and ``inputs`` the request's inputs without the batch axis. Returns the new state (the same
+    shape and data type) and the request's outputs (without the batch axis)."""
+    # Your logic goes here. The running sum below is what reference.step() computes{{ ' (the other inputs are not used)' if sig.inputs|length > 1 else '' }}.
+{%- if t.datatype == 'FP16' %}
+    # Added in float32 and rounded to half precision after each request.
+    state = (state.astype(np.float32) + inputs[SUMMED].astype(np.float32)).astype(np.float16)
+{%- elif t.datatype.startswith('INT') or t.datatype.startswith('UINT') %}
+    state = np.add(state, inputs[SUMMED], dtype=state.dtype)  # {{ t.datatype }} sums wrap around
+{%- else %}
+    state = np.add(state, inputs[SUMMED], dtype=state.dtype)
+{%- endif %}
+    return state, {name: state for name in OUTPUTS}
+# -----------------------------------------------------------------------------------------------------
+
+
+class BadRequest(Exception):
+    """A problem with one request; it is answered with an error, the other requests are not."""
+
+
+def error_response(message: str, code=None) -> pb_utils.InferenceResponse:
+    """An error response; INVALID_ARG unless ``code`` says otherwise."""
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+    )
+{%- if tag %}
+
+
+{% set tag_error = "BadRequest" %}{% include "python_tag.py.j2" %}
+{%- endif %}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        """Check that the model is decoupled and under the sequence batcher; read the tensors' data types."""
+        self.model_name = args["model_name"]
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException(
+                f"model_transaction_policy.decoupled must be true for model '{self.model_name}'"
+            )
+        self.input_dtypes = {name: self._config_dtype(config, name, is_input=True) for name in INPUTS}
+        self.output_dtypes = {name: self._config_dtype(config, name, is_input=False) for name in OUTPUTS}
+        # The sequence batcher's control inputs by kind (config.pbtxt's sequence_batching.control_input).
+        batcher = config.get("sequence_batching", {})
+        controls = {control["kind"]: tensor["name"]
+                    for tensor in batcher.get("control_input", []) for control in tensor.get("control", [])}
+        missing = [kind for kind in ("START", "END", "READY") if f"CONTROL_SEQUENCE_{kind}" not in controls]
+        if missing:
+            raise ValueError(f"config.pbtxt of model '{self.model_name}' declares no {'/'.join(missing)} control "
+                             "input in sequence_batching")
+        self.start = controls["CONTROL_SEQUENCE_START"]
+        self.end = controls["CONTROL_SEQUENCE_END"]
+        self.ready = controls["CONTROL_SEQUENCE_READY"]
+        self.zero_state = np.zeros(INPUTS[SUMMED][1], dtype=self.input_dtypes[SUMMED])
+{%- if direct %}
+        # direct: one state per batch slot of this instance (max_batch_size slots, 1 without batching).
+        self.slots = [self.zero_state.copy() for _ in range(max(MAX_BATCH_SIZE, 1))]
+{%- else %}
+        # oldest: correlation ID -> (state, time.monotonic() of its last request). The ID is the CORRID control
+        # input's value where config.pbtxt declares one, else the request's own correlation_id() (int or str).
+        self.corrid = controls.get("CONTROL_SEQUENCE_CORRID")
+        self.sequences = {}
+        # Triton ends a sequence idle this long (its default without max_sequence_idle_microseconds: 1 s).
+        self.idle_timeout_s = int(batcher.get("max_sequence_idle_microseconds", 1_000_000)) / 1e6
+        self.next_sweep = time.monotonic() + self.idle_timeout_s
+{%- endif %}
+{%- if metrics %}
+        # Custom metrics, on Triton's metrics endpoint with its own (the model owns them: see finalize).
+        labels = {"model": self.model_name, "version": args["model_version"]}
+        self.latency_family = pb_utils.MetricFamily(
+            name="requests_process_latency_ns",
+            description="Cumulative time spent processing requests",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.latency = self.latency_family.Metric(labels=labels)
+        self.batch_size_family = pb_utils.MetricFamily(
+            name="execution_batch_size",
+            description="Requests per execution",
+            kind=pb_utils.MetricFamily.HISTOGRAM,
+        )
+        self.batch_size = self.batch_size_family.Metric(labels=labels, buckets=BATCH_SIZE_BUCKETS)
+{%- endif %}
+{%- if tag %}
+        self.response_parameters = response_parameters_supported()
+        if not self.response_parameters:
+            pb_utils.Logger.log_warn(f"{self.model_name}: this python backend sends no response parameters (they "
+                                     "need release 25.02): responses carry no 'tag'")
+{%- endif %}
+
+    @staticmethod
+    def _config_dtype(config, name, is_input):
+        find = pb_utils.get_input_config_by_name if is_input else pb_utils.get_output_config_by_name
+        tensor = find(config, name)
+        if tensor is None:
+            kind = "input" if is_input else "output"
+            raise ValueError(f"config.pbtxt of model '{config['name']}' declares no {kind} '{name}'")
+        return pb_utils.triton_string_to_numpy(tensor["data_type"])
+
+    def execute(self, requests):
+        """One response per request, each flagged final, sent in order through the requests' senders."""
+{%- if metrics %}
+        started = time.monotonic_ns()
+        executed = 0  # requests with data (a sequence's request is one row)
+{%- endif %}
+        for position, request in enumerate(requests):
+            ready = self._control(request, self.ready)
+            response = self._respond(position, request) if ready else pb_utils.InferenceResponse()
+            # Your streaming logic goes here: to stream, send partial results with sender.send(response)
+            # first and put the final flag on the last one only.
+            request.get_response_sender().send(response, flags=FINAL)
+{%- if metrics %}
+            if ready:
+                executed += 1
+                self.latency.increment(time.monotonic_ns() - started)
+{%- endif %}
+{%- if not direct %}
+        self._drop_idle(time.monotonic())
+{%- endif %}
+{%- if metrics %}
+        self.batch_size.observe(executed)
+{%- endif %}
+        # A decoupled model returns None: the responses went through the senders.
+        return None
+
+    def _respond(self, position, request):
+        """The response to one request with data (READY 1): step() on its sequence's state."""
+        if request.is_cancelled():
+            return error_response("request cancelled", pb_utils.TritonError.CANCELLED)
+        start = self._control(request, self.start)
+        end = self._control(request, self.end)
+{%- if direct %}
+        key = position  # direct: the request's batch slot
+{%- else %}
+        key = self._correlation_id(request)
+{%- endif %}
+        try:
+{%- if tag %}
+            tag = request_tag(request)
+{%- endif %}
+            inputs = self._read_inputs(request)
+{%- if direct %}
+            state = self.zero_state if start else self.slots[key]
+{%- else %}
+            if not start and key not in self.sequences:
+                raise BadRequest(f"sequence {key!r} has no state: it was not started (START), or it was idle for "
+                                 "longer than max_sequence_idle_microseconds")
+            state = self.zero_state if start else self.sequences[key][0]
+{%- endif %}
+            state, outputs = step(state, inputs)
+        except BadRequest as err:
+            return error_response(str(err))
+        except Exception as err:  # noqa: BLE001 - report it to this request, keep serving the others
+            pb_utils.Logger.log_error(f"{self.model_name}: step failed: {err}")
+            return error_response(f"step failed: {err}", pb_utils.TritonError.INTERNAL)
+        finally:
+{%- if direct %}
+            if end:
+                self.slots[key] = self.zero_state.copy()  # END: the slot is free for the next sequence
+{%- else %}
+            if end:
+                self.sequences.pop(key, None)  # END: the sequence's state is released
+{%- endif %}
+{%- if direct %}
+        if not end:
+            self.slots[key] = state
+{%- else %}
+        if not end:
+            self.sequences[key] = (state, time.monotonic())
+{%- endif %}
+        tensors = [
+            pb_utils.Tensor(name, np.asarray(outputs[name]).astype(self.output_dtypes[name], copy=False){{ '[np.newaxis]' if batched else '' }})
+            for name in OUTPUTS
+        ]
+{%- if tag %}
+        if self.response_parameters:
+            return pb_utils.InferenceResponse(output_tensors=tensors, parameters={TAG: tag})
+{%- endif %}
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _read_inputs(self, request):
+        """The request's inputs without the batch axis (None for an optional input it leaves out)."""
+        inputs = {}
+        for name, (_, _, optional) in INPUTS.items():
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                if not optional:
+                    raise BadRequest(f"missing input '{name}'")
+                inputs[name] = None
+                continue
+            array = tensor.as_numpy()
+            if array.dtype != self.input_dtypes[name]:
+                expected = np.dtype(self.input_dtypes[name]).name
+                raise BadRequest(f"input '{name}' has data type {array.dtype.name}, expected {expected}")
+{%- if batched %}
+            if array.shape[0] != 1:
+                raise BadRequest(f"input '{name}': a request of a sequence is one row, got batch size {array.shape[0]}")
+            inputs[name] = array[0]
+{%- else %}
+            inputs[name] = array
+{%- endif %}
+        return inputs
+{%- if not direct %}
+
+    def _drop_idle(self, now):
+        """Release the state of sequences that Triton has ended for being idle (it tells the backend nothing).
+        A sequence is taken as ended once unseen for twice the idle timeout: the margin keeps one whose next
+        request Triton still holds in its queue."""
+        if now < self.next_sweep:
+            return
+        self.next_sweep = now + self.idle_timeout_s
+        for key in [key for key, (_, seen) in self.sequences.items() if now - seen > 2 * self.idle_timeout_s]:
+            del self.sequences[key]
+
+    def _correlation_id(self, request):
+        """The request's correlation ID: the CORRID control input's value (an int, or bytes for a string
+        ID), or without one in config.pbtxt the request's own (an int or a str)."""
+        if self.corrid is None:
+            return request.correlation_id()
+        value = pb_utils.get_input_tensor_by_name(request, self.corrid).as_numpy().flat[0]
+        return value if isinstance(value, bytes) else int(value)
+{%- endif %}
+
+    @staticmethod
+    def _control(request, name):
+        """A control input's value as a bool (config.pbtxt's int32_false_true: [0, 1])."""
+        return bool(pb_utils.get_input_tensor_by_name(request, name).as_numpy().flat[0])
+
+    def finalize(self):
+{%- if metrics %}
+        # The model owns its metrics: removing them (each metric before its family) takes them off /metrics.
+        del self.latency, self.batch_size, self.latency_family, self.batch_size_family
+{%- endif %}
+        pb_utils.Logger.log_info(f"{self.model_name}: finalized")
 {%- else -%}
 {%- set c = cookiecutter -%}
 {%- set mbs = c.max_batch_size|default(0)|int -%}

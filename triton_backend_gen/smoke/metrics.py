@@ -4,6 +4,7 @@ against what the server's statistics say the model did."""
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from collections import defaultdict
 
@@ -45,10 +46,23 @@ def _model_counts(endpoints: Endpoints, model: str) -> tuple[int, int]:
             sum(int(m.get("execution_count", 0)) for m in entries))
 
 
-def check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...]) -> str:
+def check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...],
+                         settle_s: float = 2.0) -> str:
     """That ``model`` publishes each of ``families`` labelled model=<model>; for the templates' own families
     also the values the run implies: the latency counter above zero, the batch-size histogram holding one
-    observation per execution and summing to the requests the model ran (Triton's statistics)."""
+    observation per execution and summing to the requests the model ran (Triton's statistics). A backend may
+    update both just after its last response went out: a disagreement is read again for up to ``settle_s``."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            return _check_custom_metrics(metrics_url, endpoints, model, families)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...]) -> str:
     try:
         samples = scrape(metrics_url)
     except OSError as err:

@@ -56,6 +56,9 @@ class TritonPythonModel:
         self._workers_lock = threading.Lock()
         self._workers = set()
 {%- if cookiecutter.custom_metrics %}
+        # Latency of streams finished on worker threads, added to the counter by execute(): the 24.10 python
+        # stub is not safe against metric updates from several threads at once.
+        self._finished_latency_ns = 0
         # Custom metrics, on Triton's metrics endpoint with its own (the model owns them: see finalize).
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.latency_family = pb_utils.MetricFamily(
@@ -83,6 +86,10 @@ class TritonPythonModel:
         started = time.monotonic_ns()
         # The python backend counts every request of the execution (execution_count, inference_count).
         self.batch_size.observe(len(requests))
+        with self._workers_lock:
+            finished, self._finished_latency_ns = self._finished_latency_ns, 0
+        if finished:
+            self.latency.increment(finished)
 {%- endif %}
         for request in requests:
             sender = request.get_response_sender()
@@ -190,7 +197,8 @@ class TritonPythonModel:
             except Exception as err:  # noqa: BLE001 - nothing more can be sent to this client
                 self.logger.log_error(f"{request.request_id()}: cannot close the stream: {err}")
 {%- if cookiecutter.custom_metrics %}
-            self.latency.increment(time.monotonic_ns() - started_ns)
+            with self._workers_lock:
+                self._finished_latency_ns += time.monotonic_ns() - started_ns
 {%- endif %}
             if error is None:
                 self._sleep_until(release_at)  # keep the request until WAIT has passed

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -165,8 +166,9 @@ def standin_image(docker_client) -> str:
     return ensure_standin_image(docker_client)
 
 
-def grpc_infer(client, model: str, reference, inputs: dict) -> dict:
-    """One gRPC request of ``inputs`` to ``model``, typed as ``reference.INPUTS`` declares; its outputs by name."""
+def grpc_infer(client, model: str, reference, inputs: dict, **options) -> dict:
+    """One gRPC request of ``inputs`` to ``model``, typed as ``reference.INPUTS`` declares, with tritonclient's
+    ``options`` (sequence_id, sequence_start, ...); its outputs by name."""
     import tritonclient.grpc as grpcclient
 
     tensors = []
@@ -174,9 +176,39 @@ def grpc_infer(client, model: str, reference, inputs: dict) -> dict:
         tensor = grpcclient.InferInput(name, list(array.shape), reference.INPUTS[name][0])
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
-    result = client.infer(model, tensors)
+    result = client.infer(model, tensors, **options)
     return {name: result.as_numpy(name) for name in reference.OUTPUTS}
 
+
+def interleaved_sequences(reference, lengths: list[int], send) -> None:
+    """Sequences of ``lengths`` requests to a served sequence model, each from a thread of its own, released
+    together so that their requests interleave: ``send(n, inputs, start, end)`` sends request k of sequence n
+    (reference.make_inputs(batch, seed=100 * n + k)) and returns its outputs, each checked against
+    reference.compute_sequence of the sequence's inputs so far."""
+    from triton_backend_gen.smoke.compare import output_mismatches
+
+    batch = 1 if reference.MAX_BATCH_SIZE > 0 else None
+    barrier = threading.Barrier(len(lengths))
+    failures: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            history: list[dict] = []
+            for step in range(lengths[n]):
+                history.append(reference.make_inputs(batch, seed=100 * n + step))
+                outputs = send(n, history[-1], step == 0, step == lengths[n] - 1)
+                mismatches = output_mismatches(outputs, reference.compute_sequence(history)[-1], reference.TOLERANCE)
+                assert not mismatches, (f"sequence {n}, request {step}", mismatches)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            failures.append(err)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(lengths))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures, failures
 
 
 def fuzz_passes(project: Path, count: int = 300, *extra: str) -> str:

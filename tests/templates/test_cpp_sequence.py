@@ -14,11 +14,12 @@ import re
 import threading
 import time
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import fuzz_passes, run_tbgen, triton_sources_or_skip
+from conftest import fuzz_passes, grpc_infer, interleaved_sequences, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen.errors import AnswerError, ScaffoldError
 from triton_backend_gen.scaffold import get_template, resolve_answers
@@ -127,16 +128,8 @@ class Sequences:
         return f"sequence-{n}" if self.string_ids else 1000 + n
 
     def send(self, client, sequence_id, inputs: dict, *, start=False, end=False) -> dict:
-        import tritonclient.grpc as grpcclient
-
-        tensors = []
-        for name, array in inputs.items():
-            tensor = grpcclient.InferInput(name, list(array.shape), self.reference.INPUTS[name][0])
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        result = client.infer(self.model, tensors, sequence_id=sequence_id, sequence_start=start,
-                              sequence_end=end)
-        return {name: result.as_numpy(name) for name in self.reference.OUTPUTS}
+        return grpc_infer(client, self.model, self.reference, inputs, sequence_id=sequence_id, sequence_start=start,
+                          sequence_end=end)
 
     def check(self, outputs: dict, history: list[dict]) -> None:
         from triton_backend_gen.smoke.compare import output_mismatches
@@ -157,26 +150,17 @@ class Sequences:
 
 
 def interleaved(sequences: Sequences, url: str, count: int = 8, length: int = 6) -> None:
-    """``count`` sequences from as many threads, released together so that their requests interleave."""
+    """``count`` sequences from as many clients, released together so that their requests interleave
+    (conftest.interleaved_sequences)."""
     import tritonclient.grpc as grpcclient
 
-    barrier = threading.Barrier(count)
-    failures: list[BaseException] = []
+    with ExitStack() as stack:
+        clients = [stack.enter_context(grpcclient.InferenceServerClient(url)) for _ in range(count)]
 
-    def one(n: int) -> None:
-        try:
-            with grpcclient.InferenceServerClient(url) as client:
-                barrier.wait(timeout=30)
-                sequences.run(client, sequences.correlation_id(n), length, seed=n)
-        except BaseException as err:  # noqa: BLE001 - reported below
-            failures.append(err)
+        def send(n: int, inputs: dict, start: bool, end: bool) -> dict:
+            return sequences.send(clients[n], sequences.correlation_id(n), inputs, start=start, end=end)
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not failures, failures
+        interleaved_sequences(sequences.reference, [length] * count, send)
 
 
 def http_json(url: str) -> dict:
@@ -218,9 +202,9 @@ def check_metrics(triton, model: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_sequence_model_keeps_state_per_sequence(tmp_path, compiler_cache, server_or_skip, variant):
-    """Built with -Werror, passes `tbgen test`, and served: 8 interleaved sequences each answered as the reference computes, START
-    restarting a correlation ID from zero, an idle sequence ended by Triton, and the custom metrics agreeing with
-    Triton's statistics."""
+    """Built with -Werror, passes `tbgen test`, and served: 8 interleaved sequences each answered as the reference
+    computes, START restarting a correlation ID from zero, an idle sequence ended by Triton, and the custom metrics
+    agreeing with Triton's statistics."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
@@ -290,14 +274,9 @@ def test_custom_metrics_of_a_stateless_model(tmp_path, compiler_cache, server_or
         def check_one(batch: int, seed: int) -> None:
             with grpcclient.InferenceServerClient(triton.grpc_url) as client:
                 inputs = reference.make_inputs(batch, seed=seed)
-                tensors = []
-                for name, array in inputs.items():
-                    tensor = grpcclient.InferInput(name, list(array.shape), reference.INPUTS[name][0])
-                    tensor.set_data_from_numpy(array)
-                    tensors.append(tensor)
-                result = client.infer(model, tensors)
+                got = grpc_infer(client, model, reference, inputs)
                 for name, expected in reference.compute(inputs).items():
-                    np.testing.assert_array_equal(result.as_numpy(name), expected)
+                    np.testing.assert_array_equal(got[name], expected)
 
         threads = [threading.Thread(target=infer, args=(1 + n % 3, n)) for n in range(12)]
         for thread in threads:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import queue
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import fuzz_passes, run_tbgen, triton_sources_or_skip
+from conftest import fuzz_passes, interleaved_sequences, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen.errors import AnswerError
 from triton_backend_gen.scaffold import get_template, resolve_answers
@@ -109,8 +108,9 @@ def tbgen_test_passes(project: Path) -> str:
 
 
 def interleaved_over_streams(project: Path, *, tags: bool) -> None:
-    """8 sequences, each on its own gRPC stream, their requests interleaved round by round: every request gets
-    exactly one response, flagged final, holding its own sequence's running sum (and its tag back)."""
+    """8 sequences, each on its own gRPC stream, their requests interleaved (conftest.interleaved_sequences):
+    every request gets exactly one response, flagged final, holding its own sequence's running sum (and its tag
+    back)."""
     import tritonclient.grpc as grpcclient
 
     from triton_backend_gen.project import load_project
@@ -118,44 +118,35 @@ def interleaved_over_streams(project: Path, *, tags: bool) -> None:
     from triton_backend_gen.smoke import load_reference
 
     reference = load_reference(project)
+    model = load_project(project).models[0].name
     string_ids = reference.SEQUENCE["correlation_id"] == "string"
-    batch = 1 if reference.MAX_BATCH_SIZE > 0 else None
     (name, (datatype, _, _)), = reference.INPUTS.items()
     lengths = [3, 5, 4, 6, 2, 5, 3, 4]
     with prepare_server(load_project(project)) as triton:
         clients, answers_of = [], []
+
+        def send(index: int, inputs: dict, start: bool, end: bool) -> dict:
+            tensor = grpcclient.InferInput(name, list(inputs[name].shape), datatype)
+            tensor.set_data_from_numpy(inputs[name])
+            clients[index].async_stream_infer(
+                model, [tensor], request_id=f"s{index}", sequence_id=f"seq-{index}" if string_ids else 500 + index,
+                sequence_start=start, sequence_end=end, parameters={"tag": f"tag-{index}"} if tags else None,
+                enable_empty_final_response=True)
+            result, error = answers_of[index].get(timeout=30)
+            assert error is None, error
+            response = result.get_response()
+            assert response.parameters["triton_final_response"].bool_param, "the data response is final"
+            if tags:
+                assert response.parameters["tag"].string_param == f"tag-{index}"
+            return {output: result.as_numpy(output) for output in reference.OUTPUTS}
+
         try:
             for index in range(len(lengths)):
                 client = grpcclient.InferenceServerClient(triton.grpc_url)
                 answers_of.append(queue.Queue())
                 client.start_stream(callback=lambda result, error, q=answers_of[-1]: q.put((result, error)))
                 clients.append(client)
-            history = [[] for _ in lengths]
-            for step in range(max(lengths)):
-                sent = []
-                for index, length in enumerate(lengths):
-                    if step >= length:
-                        continue
-                    inputs = reference.make_inputs(batch, seed=100 * index + step)
-                    history[index].append(inputs)
-                    tensor = grpcclient.InferInput(name, list(inputs[name].shape), datatype)
-                    tensor.set_data_from_numpy(inputs[name])
-                    clients[index].async_stream_infer(
-                        load_project(project).models[0].name, [tensor], request_id=f"s{index}-{step}",
-                        sequence_id=f"seq-{index}" if string_ids else 500 + index, sequence_start=step == 0,
-                        sequence_end=step == length - 1, parameters={"tag": f"tag-{index}"} if tags else None,
-                        enable_empty_final_response=True)
-                    sent.append(index)
-                for index in sent:
-                    result, error = answers_of[index].get(timeout=30)
-                    assert error is None, error
-                    response = result.get_response()
-                    assert response.parameters["triton_final_response"].bool_param, "the data response is final"
-                    expected = reference.compute_sequence(history[index])[-1]
-                    for output, want in expected.items():
-                        np.testing.assert_allclose(result.as_numpy(output), want, **reference.TOLERANCE)
-                    if tags:
-                        assert response.parameters["tag"].string_param == f"tag-{index}"
+            interleaved_sequences(reference, lengths, send)
             for answers_queue in answers_of:  # nothing more: no separate empty final response
                 assert answers_queue.empty()
         finally:

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from triton_backend_gen import signature
@@ -21,6 +23,7 @@ from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import start_server
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import load_reference
+from triton_backend_gen.smoke.model import sequence_spec
 
 # KServe v2 datatype names -> the numpy dtype tritonclient sends (BF16 travels as float32)
 _NUMPY = {name: np.dtype(datatype.numpy) for name, datatype in signature.DATATYPES.items()}
@@ -30,7 +33,8 @@ def parse_input_option(option: str) -> tuple[str, Any]:
     """``NAME=FILE.npy`` -> (NAME, array); ``NAME=JSON`` -> (NAME, the parsed JSON value)."""
     name, sep, value = option.partition("=")
     if not sep or not name:
-        raise UsageError(f"--input expects NAME=FILE.npy or NAME=JSON, got {option!r}.", "Example: --input INPUT0=[1,2,3]")
+        raise UsageError(f"--input expects NAME=FILE.npy or NAME=JSON, got {option!r}.",
+                         "Example: --input INPUT0=[1,2,3]")
     if value.endswith(".npy"):
         try:
             return name, np.load(value, allow_pickle=False)
@@ -137,7 +141,8 @@ def infer_once(
                                  "Drop --url to let tbgen start the project's server.")
             return _stream_once(grpcclient, grpc_url, model, inputs, outputs, parameters)
         except InferenceServerException as err:
-            raise ServerError(f"The request failed: {err.message()}", "Check the inputs' names, shapes and types.") from err
+            raise ServerError(f"The request failed: {err.message()}",
+                              "Check the inputs' names, shapes and types.") from err
 
 
 def _sequence_kwargs(config: dict, sequencing: Sequencing) -> dict[str, Any]:
@@ -147,9 +152,8 @@ def _sequence_kwargs(config: dict, sequencing: Sequencing) -> dict[str, Any]:
             raise UsageError("--sequence-id is for a model with sequence batching; this one has none.",
                              "Drop --sequence-id/--start/--end.")
         return {}
-    string_ids = any(control.get("data_type") == "TYPE_STRING"
-                     for tensor in config["sequence_batching"].get("control_input", [])
-                     for control in tensor.get("control", []) if control.get("kind") == "CONTROL_SEQUENCE_CORRID")
+    parsed = json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
+    string_ids = sequence_spec(parsed).string_ids
     sequence_id = sequencing.id if sequencing.id is not None else ("tbgen-infer" if string_ids else 1)
     if not string_ids and not (isinstance(sequence_id, int) and sequence_id > 0):
         raise UsageError(f"This model's correlation IDs are unsigned integers, got --sequence-id {sequence_id!r}.",

@@ -22,6 +22,7 @@ from triton_backend_gen.smoke.clients import (
     error_text,
     infer,
     is_final,
+    model_counts,
     open_client,
     timeout_kwargs,
 )
@@ -148,7 +149,8 @@ def _tensor_problems(kind: str, arrays: dict[str, np.ndarray], tensors: tuple[Te
 def _array_problems(label: str, array: np.ndarray, tensor: TensorSpec, batch: int | None) -> list[str]:
     """How ``array`` disagrees with the dtype and dims (after ``batch``, when batched) of ``tensor``."""
     problems = []
-    if np_to_triton_dtype(array.dtype) != tensor.datatype and not (tensor.datatype == "BF16" and array.dtype == np.float32):
+    sent_as_float32 = tensor.datatype == "BF16" and array.dtype == np.float32
+    if np_to_triton_dtype(array.dtype) != tensor.datatype and not sent_as_float32:
         problems.append(f"{label}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
     dims = ((batch,) if batch is not None else ()) + tensor.dims
     if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
@@ -188,19 +190,6 @@ def _check_infer(spec: ModelSpec, reference: ModuleType, protocol: str, batch_si
     if len(batch_sizes) == 1:
         return f"batch size {batch_sizes[0]}: outputs equal reference.compute"
     return f"batch sizes {batch_sizes[0]}..{batch_sizes[-1]}: outputs equal reference.compute"
-
-
-def _model_counts(client: Any, spec: ModelSpec, protocol: str) -> tuple[int, int]:
-    """(inference_count, execution_count) of the model, summed over its versions."""
-    if protocol == "http":
-        stats = client.get_inference_statistics(spec.name)
-    else:
-        stats = client.get_inference_statistics(spec.name, as_json=True, **timeout_kwargs(protocol))
-    models = stats.get("model_stats", [])
-    return (
-        sum(int(m.get("inference_count", 0)) for m in models),
-        sum(int(m.get("execution_count", 0)) for m in models),
-    )
 
 
 def _in_threads(count: int, first_seed: int, run: Callable[[int], None], what: str) -> None:
@@ -248,9 +237,9 @@ def _check_concurrent(spec: ModelSpec, reference: ModuleType, protocol: str, end
     attempts = 3 if merges else 1
     with open_client(protocol, endpoints) as client:
         for _ in range(attempts):
-            inferences, executions = _model_counts(client, spec, protocol)
+            inferences, executions = model_counts(client, spec.name, protocol)
             _concurrent_burst(spec, reference, protocol, endpoints, count)
-            after = _model_counts(client, spec, protocol)
+            after = model_counts(client, spec.name, protocol)
             inferences, executions = after[0] - inferences, after[1] - executions
             if not merges or executions < inferences:
                 break

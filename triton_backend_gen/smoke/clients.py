@@ -179,10 +179,16 @@ class Stream:
     def infer(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
               sequence: SequenceFlags | None = None) -> list[dict[str, np.ndarray]]:
         """The outputs of each data response to one request, in order (AssertionError for an error)."""
-        self.send(spec, inputs, request_id, sequence)
+        return [{t.name: r.as_numpy(t.name) for t in spec.outputs}
+                for r in self.infer_results(spec, inputs, request_id, sequence)]
+
+    def infer_results(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
+                      sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> list:
+        """tritonclient's result of each data response to one request sent with request ``parameters`` (see
+        infer)."""
+        self.send(spec, inputs, request_id, sequence, parameters)
         results = self.collect([request_id])[request_id]
-        return [{t.name: r.as_numpy(t.name) for t in spec.outputs} for r in results
-                if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
+        return [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
 
     def next(self, timeout: float = REQUEST_TIMEOUT_S):
         """The next (result, error) on the stream."""
@@ -247,6 +253,19 @@ class ModelStatistics:
     def describe(self) -> str:
         return (f"{self.success} ok, {self.failed} failed, {self.inferences} inferences in {self.executions} "
                 f"executions; queue {self.queue_us:.0f} us, compute {self.compute_us:.0f} us per request")
+
+
+def model_counts(client: Any, model: str, protocol: str) -> tuple[int, int]:
+    """(inference_count, execution_count) of ``model``, summed over its versions, asked through ``client``."""
+    if protocol == "http":
+        stats = client.get_inference_statistics(model)
+    else:
+        stats = client.get_inference_statistics(model, as_json=True, **timeout_kwargs(protocol))
+    entries = stats.get("model_stats", [])
+    return (
+        sum(int(m.get("inference_count", 0)) for m in entries),
+        sum(int(m.get("execution_count", 0)) for m in entries),
+    )
 
 
 def server_statistics(endpoints: Endpoints, models: list[str]) -> list[ModelStatistics]:

@@ -451,6 +451,39 @@ def _read_stream(call, responses: list, cancellable: bool) -> str | None:
     return outcome
 
 
+class _Refused(Exception):
+    """The server refused a request: ``outcome`` says how ("http 400", "grpc INVALID_ARGUMENT", "stream error")."""
+
+    def __init__(self, outcome: str, detail: str | None = None) -> None:
+        super().__init__(detail or outcome)
+        self.outcome = outcome
+
+
+def _answers(protocol: str, endpoints: Endpoints, spec: ModelSpec, wires: list[_Wire], request_id: str,
+             sequence: SequenceParameters | None = None) -> list[dict[str, np.ndarray]]:
+    """Send one request to the model (with ``sequence`` as its sequence parameters): the outputs of each response
+    with data (a decoupled model's over a gRPC stream; one otherwise). _Refused when the server refuses it."""
+    if protocol == "http":
+        status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence))
+        if status != 200:
+            raise _Refused(f"http {status}", f"HTTP {status} {body[:200]!r}")
+        return [_decode_http_outputs(body, headers, triton_to_np_dtype)]
+    request = _grpc_request(spec.name, spec, wires, request_id, sequence)
+    if spec.decoupled:
+        outcome, responses = _grpc_stream_once(endpoints, request)
+        if outcome != "ok":
+            raise _Refused(outcome)
+        return [_decode_grpc_outputs(r, triton_to_np_dtype) for r in responses if r.outputs]
+    channel, stub = _grpc_stub(endpoints)
+    try:
+        response = stub.ModelInfer(request, timeout=FUZZ_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 - grpc.RpcError, classified
+        raise _Refused(_grpc_outcome(err)) from None
+    finally:
+        channel.close()
+    return [_decode_grpc_outputs(response, triton_to_np_dtype)]
+
+
 # -- the kinds that need more than tensors
 
 
@@ -460,35 +493,20 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
     batch = rng.choice(spec.batch_sizes)
     inputs = reference.make_inputs(batch, seed=rng.randrange(1000))
     wires = _wire_from_arrays(inputs, spec)
-    if spec.decoupled:
-        if protocol == "http":  # refused by design: HTTP does not serve decoupled models
-            return send_wire("http", endpoints, spec.name, wires, spec, decoupled=True)
-        outcome, responses = _grpc_stream_once(endpoints, _grpc_request(spec.name, spec, wires, "valid"))
-        if outcome != "ok":
-            raise AssertionError(f"a valid request was refused ({outcome})")
-        data = [r for r in responses if r.outputs]
-        expected = reference.responses(inputs)
-        if len(data) != len(expected):
-            raise AssertionError(f"{len(data)} responses with data, reference.responses gives {len(expected)}")
-        for index, (response, want) in enumerate(zip(data, expected)):
-            got = _decode_grpc_outputs(response, triton_to_np_dtype)
-            assert_outputs_match(got, want, reference.TOLERANCE, f"response {index}")
+    if spec.decoupled and protocol == "http":  # refused by design: HTTP does not serve decoupled models
+        return send_wire("http", endpoints, spec.name, wires, spec, decoupled=True)
+    try:
+        answers = _answers(protocol, endpoints, spec, wires, "valid")
+    except _Refused as err:
+        raise AssertionError(f"a valid request was refused: {err}") from None
+    if not spec.decoupled:
+        assert_outputs_match(answers[0], reference.compute(inputs), reference.TOLERANCE, f"batch size {batch}")
         return "ok"
-    if protocol == "http":
-        status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires))
-        if status != 200:
-            raise AssertionError(f"a valid request was refused: HTTP {status} {body[:200]!r}")
-        got = _decode_http_outputs(body, headers, triton_to_np_dtype)
-    else:
-        channel, stub = _grpc_stub(endpoints)
-        try:
-            response = stub.ModelInfer(_grpc_request(spec.name, spec, wires), timeout=FUZZ_TIMEOUT_S)
-        except Exception as err:  # noqa: BLE001 - grpc.RpcError
-            raise AssertionError(f"a valid request was refused: {_grpc_outcome(err)}") from None
-        finally:
-            channel.close()
-        got = _decode_grpc_outputs(response, triton_to_np_dtype)
-    assert_outputs_match(got, reference.compute(inputs), reference.TOLERANCE, f"batch size {batch}")
+    expected = reference.responses(inputs)
+    if len(answers) != len(expected):
+        raise AssertionError(f"{len(answers)} responses with data, reference.responses gives {len(expected)}")
+    for index, (got, want) in enumerate(zip(answers, expected)):
+        assert_outputs_match(got, want, reference.TOLERANCE, f"response {index}")
     return "ok"
 
 
@@ -644,27 +662,14 @@ def _send_sequenced(case: FuzzCase, endpoints: Endpoints, inputs: dict,
                     sequence: SequenceParameters) -> tuple[str, Any]:
     """Send one request with ``sequence`` as its sequence parameters: ("ok", outputs) or (how it was refused,
     None)."""
-    spec = case.model
-    wires = _wire_from_arrays(inputs, spec)
-    if spec.decoupled and case.protocol == "grpc":
-        outcome, responses = _grpc_stream_once(endpoints, _grpc_request(spec.name, spec, wires, "seq", sequence))
-        data = [r for r in responses if r.outputs]
-        if outcome == "ok" and len(data) != 1:
-            raise AssertionError(f"{len(data)} responses with data to one request of a sequence, expected 1")
-        return outcome, _decode_grpc_outputs(data[0], triton_to_np_dtype) if outcome == "ok" else None
-    if case.protocol == "http":
-        status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence))
-        if status != 200:
-            return f"http {status}", None
-        return "ok", _decode_http_outputs(body, headers, triton_to_np_dtype)
-    channel, stub = _grpc_stub(endpoints)
     try:
-        response = stub.ModelInfer(_grpc_request(spec.name, spec, wires, sequence=sequence), timeout=FUZZ_TIMEOUT_S)
-        return "ok", _decode_grpc_outputs(response, triton_to_np_dtype)
-    except Exception as err:  # noqa: BLE001 - grpc.RpcError, classified
-        return _grpc_outcome(err), None
-    finally:
-        channel.close()
+        answers = _answers(case.protocol, endpoints, case.model, _wire_from_arrays(inputs, case.model), "seq",
+                           sequence)
+    except _Refused as err:
+        return err.outcome, None
+    if len(answers) != 1:
+        raise AssertionError(f"{len(answers)} responses with data to one request of a sequence, expected 1")
+    return "ok", answers[0]
 
 
 def _fuzz_sequence_controls(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> str:

@@ -8,7 +8,7 @@ import time
 import urllib.request
 from collections import defaultdict
 
-from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints, error_text, open_client, timeout_kwargs
+from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints, error_text, model_counts, open_client
 from triton_backend_gen.smoke.run import SmokeResult
 
 # The families tbgen's templates publish with --set custom_metrics=yes, and what each must show.
@@ -38,14 +38,6 @@ def _value(samples: dict, name: str, model: str) -> float | None:
     return sum(found) if found else None
 
 
-def _model_counts(endpoints: Endpoints, model: str) -> tuple[int, int]:
-    with open_client("grpc", endpoints) as client:
-        stats = client.get_inference_statistics(model, as_json=True, **timeout_kwargs("grpc"))
-    entries = stats.get("model_stats", [])
-    return (sum(int(m.get("inference_count", 0)) for m in entries),
-            sum(int(m.get("execution_count", 0)) for m in entries))
-
-
 def check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...],
                          settle_s: float = 2.0) -> str:
     """That ``model`` publishes each of ``families`` labelled model=<model>; for the templates' own families
@@ -73,7 +65,8 @@ def _check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, fa
         names = [family] + [f"{family}{suffix}" for suffix in ("_count", "_sum", "_bucket")]
         if not any(_value(samples, name, model) is not None for name in names):
             problems.append(f"no {family} sample labelled model=\"{model}\"")
-    inferences, executions = _model_counts(endpoints, model)
+    with open_client("grpc", endpoints) as client:
+        inferences, executions = model_counts(client, model, "grpc")
     if LATENCY_COUNTER in families and not problems:
         latency = _value(samples, LATENCY_COUNTER, model) or 0.0
         if latency <= 0:

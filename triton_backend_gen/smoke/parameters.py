@@ -45,15 +45,13 @@ def _send(spec: ModelSpec, protocol: str, endpoints: Endpoints, inputs: dict,
     InferenceServerException or AssertionError (a stream's error) when it is refused."""
     if spec.decoupled:
         with Stream(endpoints) as stream:
-            stream.send(spec, inputs, "parameters", parameters=parameters)
-            results = stream.collect(["parameters"])["parameters"]
-        data = [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
-        if not data:
+            results = stream.infer_results(spec, inputs, "parameters", parameters=parameters)
+        if not results:
             raise AssertionError("no response with data")
-        return {t.name: data[0].as_numpy(t.name) for t in spec.outputs}, [response_parameters(r) for r in data]
-    with open_client(protocol, endpoints) as client:
-        result = infer_result(protocol, client, spec, inputs, parameters=parameters)
-    return {t.name: result.as_numpy(t.name) for t in spec.outputs}, [response_parameters(result)]
+    else:
+        with open_client(protocol, endpoints) as client:
+            results = [infer_result(protocol, client, spec, inputs, parameters=parameters)]
+    return {t.name: results[0].as_numpy(t.name) for t in spec.outputs}, [response_parameters(r) for r in results]
 
 
 def check_request_parameters(spec: ModelSpec, reference: ModuleType, parameters: tuple[tuple[str, str], ...],

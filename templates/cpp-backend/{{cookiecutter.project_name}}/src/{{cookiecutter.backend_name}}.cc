@@ -3,9 +3,6 @@
 {%- import "family.j2" as family with context -%}
 {%- set fw = family.framework != 'none' -%}
 
-{%- macro tensor(t) -%}
-{{ t.name }} {{ t.datatype }} [{{ t.dims|join(', ') }}]{% if t.reshape is not none %} (reshaped to [{{ t.reshape|join(', ') }}]){% endif %}{% if t.optional %} (optional){% endif %}
-{%- endmacro -%}
 {%- if family.pattern == 'bls' -%}
 {%- set selector = cookiecutter.selector %}
 {%- set callees = cookiecutter.callees.split(',')|map('trim')|select|list %}
@@ -656,19 +653,7 @@ ModelInstanceState::Finish(CalleeCall* call)
 // A stateful model under Triton's sequence batcher ({{ sig.sequence }} strategy): each
 // request belongs to a sequence, and every output is the running sum of
 // {{ sig.inputs[0].name }} over the requests of its sequence so far.
-{%- for t in sig.inputs %}
-//   in  {{ tensor(t) }}
-{%- endfor %}
-{%- for t in sig.outputs %}
-//   out {{ tensor(t) }}
-{%- endfor %}
-{%- if cookiecutter.implicit_state %}
-// Triton keeps each sequence's state (implicit state: STATE_IN, STATE_OUT).
-{%- elif sig.sequence == 'oldest' %}
-// The backend keeps each sequence's state, by correlation ID.
-{%- else %}
-// The backend keeps each sequence's state, by batch slot.
-{%- endif %}
+{%- include "header_comment.cc.j2" %}
 //
 // Put your own computation in Step() below.
 // The rest is the plumbing every sequence backend needs: config validation,
@@ -679,12 +664,7 @@ ModelInstanceState::Finish(CalleeCall* call)
 //   {{ cookiecutter.output1_name }} = {{ cookiecutter.input0_name }} - {{ cookiecutter.input1_name }}
 {%- else %}
 // The model's tensors:
-{%- for t in sig.inputs %}
-//   in  {{ tensor(t) }}
-{%- endfor %}
-{%- for t in sig.outputs %}
-//   out {{ tensor(t) }}
-{%- endfor %}
+{%- include "header_comment.cc.j2" %}
 {%- if not fw %}
 // and a placeholder computation that fits them (see Compute).
 {%- endif %}

@@ -1,7 +1,4 @@
 {%- import "signature.j2" as sig with context -%}
-{%- macro tensor(t) -%}
-{{ t.name }} {{ t.datatype }} [{{ t.dims|join(', ') }}]{% if t.reshape is not none %} (reshaped to [{{ t.reshape|join(', ') }}]){% endif %}{% if t.optional %} (optional){% endif %}
-{%- endmacro -%}
 {%- if sig.add_sub -%}
 // {{ cookiecutter.backend_name }}: a decoupled Triton backend.
 //
@@ -41,19 +38,7 @@
 // sequence batcher ({{ sig.sequence }} strategy): each request belongs to a sequence,
 // and its one response, flagged final, holds in every output the running sum
 // of {{ sig.inputs[0].name }} over the requests of its sequence so far.
-{%- for t in sig.inputs %}
-//   in  {{ tensor(t) }}
-{%- endfor %}
-{%- for t in sig.outputs %}
-//   out {{ tensor(t) }}
-{%- endfor %}
-{%- if cookiecutter.implicit_state %}
-// Triton keeps each sequence's state (implicit state: STATE_IN, STATE_OUT).
-{%- elif sig.sequence == 'oldest' %}
-// The backend keeps each sequence's state, by correlation ID.
-{%- else %}
-// The backend keeps each sequence's state, by batch slot.
-{%- endif %}
+{%- include "header_comment.cc.j2" %}
 {%- if cookiecutter.request_parameters %}
 // Each response carries the request's parameter "tag" back (see ReadRequestParameters).
 {%- endif %}
@@ -72,12 +57,7 @@
 // A decoupled model may send any number of responses per request, at any
 // time, and closes each request's stream with a response (or a bare flag)
 // carrying TRITONSERVER_RESPONSE_COMPLETE_FINAL. The model's tensors:
-{%- for t in sig.inputs %}
-//   in  {{ tensor(t) }}
-{%- endfor %}
-{%- for t in sig.outputs %}
-//   out {{ tensor(t) }}
-{%- endfor %}
+{%- include "header_comment.cc.j2" %}
 // This backend sends each request one response, computed by Compute() below
 // (a placeholder that fits the tensors) and flagged final, from the request's
 // response factory. To stream, send more responses from the factory before
@@ -696,41 +676,6 @@ ModelInstanceState::ReleaseRequest(StreamJob& job, bool success)
 {%- endif %}
 }
 
-{%- elif sig.accumulator %}
-
-// ResponseFactoryDeleter comes from backend_common.h.
-using ResponseFactoryPtr =
-    std::unique_ptr<TRITONBACKEND_ResponseFactory, ResponseFactoryDeleter>;
-
-{% include "backend_helpers.cc.j2" %}
-{%- if cookiecutter.request_parameters %}
-
-{% include "request_parameters.cc.j2" %}
-{%- endif %}
-{% include "backend_tensors.cc.j2" %}
-
-{% include "decoupled_sequence.cc.j2" %}
-
-// The configuration must be decoupled and declare the tensors of the table
-// and the sequence batcher's control inputs.
-TRITONSERVER_Error*
-ModelState::ValidateModelConfig()
-{
-  // Responses go through a response factory, so the model must be decoupled.
-  bool decoupled = false;
-  common::TritonJson::Value policy;
-  if (ModelConfig().Find("model_transaction_policy", &policy)) {
-    common::TritonJson::Value value;
-    if (policy.Find("decoupled", &value)) {
-      RETURN_IF_ERROR(value.AsBool(&decoupled));
-    }
-  }
-  RETURN_ERROR_IF_FALSE(
-      decoupled, TRITONSERVER_ERROR_INVALID_ARG,
-      ModelPrefix(Name()) + "model_transaction_policy.decoupled must be true");
-  RETURN_IF_ERROR(ValidateTensors(this, kInputs, kOutputs));
-  return ValidateSequenceBatching(this);
-}
 {%- else %}
 
 // ResponseFactoryDeleter comes from backend_common.h.
@@ -738,13 +683,24 @@ using ResponseFactoryPtr =
     std::unique_ptr<TRITONBACKEND_ResponseFactory, ResponseFactoryDeleter>;
 
 {% include "backend_helpers.cc.j2" %}
+{%- if sig.accumulator and cookiecutter.request_parameters %}
+
+{% include "request_parameters.cc.j2" %}
+{%- endif %}
 {% include "backend_tensors.cc.j2" %}
 
+{% if sig.accumulator -%}
+{% include "decoupled_sequence.cc.j2" %}
+{%- else -%}
 {% include "backend_compute.cc.j2" %}
 
 {% include "backend_executor.cc.j2" %}
+{%- endif %}
 
-// The configuration must be decoupled and declare the tensors of the table.
+// The configuration must be decoupled and declare the tensors of the table
+{%- if sig.accumulator %}
+// and the sequence batcher's control inputs
+{%- endif %}.
 TRITONSERVER_Error*
 ModelState::ValidateModelConfig()
 {
@@ -760,8 +716,14 @@ ModelState::ValidateModelConfig()
   RETURN_ERROR_IF_FALSE(
       decoupled, TRITONSERVER_ERROR_INVALID_ARG,
       ModelPrefix(Name()) + "model_transaction_policy.decoupled must be true");
+{%- if sig.accumulator %}
+  RETURN_IF_ERROR(ValidateTensors(this, kInputs, kOutputs));
+  return ValidateSequenceBatching(this);
+{%- else %}
   return ValidateTensors(this, kInputs, kOutputs);
+{%- endif %}
 }
+{%- if not sig.accumulator %}
 
 //
 // ModelInstanceState: one per instance of the model (instance_group). Triton
@@ -838,6 +800,7 @@ ModelInstanceState::ProcessRequests(
   }
   return nullptr;  // success: every request is answered and released
 }
+{%- endif %}
 {%- endif %}
 
 {% include "backend_api.cc.j2" %}

@@ -204,10 +204,11 @@ class TritonPythonModel:
                 self._sleep_until(release_at)  # keep the request until WAIT has passed
             with self._workers_lock:
                 self._workers.discard(threading.current_thread())
-{%- elif sig.accumulator -%}
+{%- else -%}
 {%- set c = cookiecutter -%}
-{%- set mbs = c.max_batch_size|int -%}
+{%- set mbs = c.max_batch_size|default(0)|int -%}
 {%- set batched = mbs > 0 -%}
+{%- if sig.accumulator -%}
 {%- set direct = sig.sequence == 'direct' -%}
 {%- set metrics = c.custom_metrics -%}
 {%- set tag = c.request_parameters -%}
@@ -249,18 +250,49 @@ parameter "tag" where the python backend supports response parameters (release 2
 checks once and logs when it cannot).
 {%- endif %}
 """
+{%- else -%}
+{#- A python variable for every tensor: its name in lower case, made unique and kept off keywords and the
+    names compute() uses. -#}
+{%- set taken = ['and', 'as', 'assert', 'async', 'await', 'break', 'class', 'continue', 'def', 'del', 'elif',
+    'else', 'except', 'finally', 'for', 'from', 'global', 'if', 'import', 'in', 'is', 'lambda', 'nonlocal', 'not',
+    'or', 'pass', 'raise', 'return', 'try', 'while', 'with', 'yield', 'match', 'case', 'type', 'np', 'pb_utils',
+    'json', 'inputs', 'outputs', 'n', 'compute', 'filled', 'nonzero_count', 'byte_count', 'len', 'sum', 'str',
+    'int', 'bytes', 'object'] -%}
+{%- set var = {} -%}
+{%- for t in sig.inputs + sig.outputs -%}
+{%- set v = t.name|lower -%}
+{%- set v = v ~ '_' if v in taken or v in var.values() else v -%}
+{%- set v = v ~ loop.index if v in taken or v in var.values() else v -%}
+{%- set _ = var.update({t.name: v}) -%}
+{%- endfor -%}
+{%- macro shape(t) -%}[{{ 'batch, ' if batched else '' }}{{ t.backend_dims|join(', ') }}]{%- endmacro -%}
+{%- macro fill_dims(t) -%}
+({% for d in t.backend_dims %}{{ 1 if d == -1 else d }}{{ ', ' if not loop.last else (',' if loop.length == 1 else '') }}{% endfor %})
+{%- endmacro -%}
+"""{{ c.model_name }}: a decoupled Python model, {{ sig.inputs|map(attribute='name')|join(', ') }} -> {{ sig.outputs|map(attribute='name')|join(', ') }}.
+
+For each request it sends one response, computed by compute(), and puts the final flag
+(TRITONSERVER_RESPONSE_COMPLETE_FINAL) on that same response. To stream, send several responses through
+the request's sender and put the final flag on the last one (see execute()).
+
+Your logic goes in `compute()` below. Keep reference.py in step with it: the project's tests and
+`tbgen test` compare the streamed responses with reference.responses().
+"""
+{%- endif %}
 
 from __future__ import annotations
 
 import json
+{%- if sig.accumulator %}
 import time
+{%- endif %}
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
-# The model's tensors, as config.pbtxt declares them: dims without the batch dimension.
+# The model's tensors, as config.pbtxt declares them: dims without the batch dimension{{ '' if sig.accumulator else ', -1 = any size' }}.
 INPUTS = {  # name: (data type, dims, optional)
 {%- for i in sig.inputs %}
     "{{ i.name }}": ("{{ i.config_type }}", [{{ i.dims|join(', ') }}], {{ 'True' if i.optional else 'False' }}),
@@ -271,14 +303,17 @@ OUTPUTS = {  # name: (data type, dims)
     "{{ o.name }}": ("{{ o.config_type }}", [{{ o.dims|join(', ') }}]),
 {%- endfor %}
 }
+{%- if sig.accumulator %}
 MAX_BATCH_SIZE = {{ mbs }}
 SUMMED = "{{ t.name }}"  # the input whose running sum every output is: the state has its data type and dims
 {%- if metrics %}
 BATCH_SIZE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]  # upper bounds of execution_batch_size's buckets
 {%- endif %}
+{%- endif %}
 
 
 # ---- Your computation ------------------------------------------------------------------------------
+{%- if sig.accumulator %}
 def step(state: np.ndarray, inputs: dict[str, np.ndarray | None]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """One request of a sequence: ``state`` is the sequence's state before it (zeros on START), {{ t.datatype }}
     {{ t.dims }}, and ``inputs`` the request's inputs without the batch axis. Returns the new state (the same
@@ -293,11 +328,93 @@ def step(state: np.ndarray, inputs: dict[str, np.ndarray | None]) -> tuple[np.nd
     state = np.add(state, inputs[SUMMED], dtype=state.dtype)
 {%- endif %}
     return state, {name: state for name in OUTPUTS}
+{%- else %}
+def compute(inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    """The outputs of one response to a request, from the request's inputs.
+{% if batched %}
+    Every array has the batch axis first. BYTES tensors are numpy object arrays of bytes objects.
+{%- else %}
+    The arrays have the dims of config.pbtxt (the model does not batch). BYTES tensors are numpy object
+    arrays of bytes objects.
+{%- endif %}
+    """
+{%- for t in sig.inputs %}
+    {{ var[t.name] }} = inputs["{{ t.name }}"]  # {{ t.datatype }} {{ shape(t) }}{{ ', optional: None when the request leaves it out' if t.optional else '' }}
+{%- endfor %}
+
+    # Your logic goes here: compute every output from the inputs above.
+{%- set text = (sig.inputs|selectattr('datatype', 'equalto', 'BYTES')|list) %}
+{%- if text %}
+    # Strings arrive as bytes; decode them where you need text, e.g.
+    #     strings = [s.decode("utf-8", "replace") for s in {{ var[text[0].name] }}.flat]
+{%- endif %}
+    # The placeholder below (reference.py computes the same): n = the number of non-zero elements of
+    # every input given{{ ' in each batch row' if batched else '' }}, a BYTES element counting its length in bytes; every
+    # element of every output is n, in the output's data type (a -1 in its dims has size 1).
+{%- for t in sig.inputs %}
+{%- set count = ('byte_count(' if t.datatype == 'BYTES' else 'nonzero_count(') ~ var[t.name] ~ ')' %}
+{%- if loop.first %}
+{%- if t.optional %}
+    n = {{ count }} if {{ var[t.name] }} is not None else 0
+{%- else %}
+    n = {{ count }}
+{%- endif %}
+{%- elif t.optional %}
+    if {{ var[t.name] }} is not None:
+        n = n + {{ count }}
+{%- else %}
+    n = n + {{ count }}
+{%- endif %}
+{%- endfor %}
+{% for t in sig.outputs %}
+    {{ var[t.name] }} = filled(n, {{ fill_dims(t) }}, np.{{ t.np }})  # {{ t.datatype }} {{ shape(t) }}
+{%- endfor %}
+    return {
+{%- for t in sig.outputs %}
+        "{{ t.name }}": {{ var[t.name] }},
+{%- endfor %}
+    }
+
+
+# Helpers of the placeholder computation.
+{%- if batched %}
+def nonzero_count(array: np.ndarray) -> np.ndarray:
+    """The number of non-zero elements of each batch row."""
+    return np.count_nonzero(array, axis=tuple(range(1, array.ndim))).astype(np.int64)
+
+
+def byte_count(strings: np.ndarray) -> np.ndarray:
+    """The total length in bytes of the BYTES elements of each batch row."""
+    return np.array([sum(len(s) for s in row.flat) for row in strings], dtype=np.int64)
+{%- else %}
+def nonzero_count(array: np.ndarray) -> np.ndarray:
+    """The number of non-zero elements of the request's array."""
+    return np.int64(np.count_nonzero(array))
+
+
+def byte_count(strings: np.ndarray) -> np.ndarray:
+    """The total length in bytes of the request's BYTES elements."""
+    return np.int64(sum(len(s) for s in strings.flat))
+{%- endif %}
+
+
+def filled(n: np.ndarray, dims: tuple[int, ...], dtype) -> np.ndarray:
+    """An output of ``dims`` {{ 'per batch row, every element the row\'s n' if batched else 'with every element n' }}, in ``dtype``: integers wrap around,
+    bool is n != 0, BYTES (object) the decimal string of n."""
+    n = np.asarray(n, dtype=np.int64)
+    if dtype is np.object_:
+        value = np.array([str(v).encode() for v in n.flat], dtype=np.object_).reshape(n.shape)
+    elif dtype is np.bool_:
+        value = n != 0
+    else:
+        value = n.astype(dtype)
+    return np.ascontiguousarray(np.broadcast_to(value.reshape(n.shape + (1,) * len(dims)), n.shape + dims))
+{%- endif %}
 # -----------------------------------------------------------------------------------------------------
 
 
 class BadRequest(Exception):
-    """A problem with one request; it is answered with an error, the other requests are not."""
+    """A problem with one request{{ "" if sig.accumulator else "'s inputs" }}; it is answered with an error, the other requests are not."""
 
 
 def error_response(message: str, code=None) -> pb_utils.InferenceResponse:
@@ -305,7 +422,7 @@ def error_response(message: str, code=None) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(
         error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
     )
-{%- if tag %}
+{%- if sig.accumulator and tag %}
 
 
 {% set tag_error = "BadRequest" %}{% include "python_tag.py.j2" %}
@@ -314,7 +431,11 @@ def error_response(message: str, code=None) -> pb_utils.InferenceResponse:
 
 class TritonPythonModel:
     def initialize(self, args):
+{%- if sig.accumulator %}
         """Check that the model is decoupled and under the sequence batcher; read the tensors' data types."""
+{%- else %}
+        """Check that the model is decoupled; read the data types of the tensors once."""
+{%- endif %}
         self.model_name = args["model_name"]
         config = json.loads(args["model_config"])
         if not pb_utils.using_decoupled_model_transaction_policy(config):
@@ -323,6 +444,7 @@ class TritonPythonModel:
             )
         self.input_dtypes = {name: self._config_dtype(config, name, is_input=True) for name in INPUTS}
         self.output_dtypes = {name: self._config_dtype(config, name, is_input=False) for name in OUTPUTS}
+{%- if sig.accumulator %}
         # The sequence batcher's control inputs by kind (config.pbtxt's sequence_batching.control_input).
         batcher = config.get("sequence_batching", {})
         controls = {control["kind"]: tensor["name"]
@@ -369,6 +491,7 @@ class TritonPythonModel:
             pb_utils.Logger.log_warn(f"{self.model_name}: this python backend sends no response parameters (they "
                                      "need release 25.02): responses carry no 'tag'")
 {%- endif %}
+{%- endif %}
 
     @staticmethod
     def _config_dtype(config, name, is_input):
@@ -378,6 +501,7 @@ class TritonPythonModel:
             kind = "input" if is_input else "output"
             raise ValueError(f"config.pbtxt of model '{config['name']}' declares no {kind} '{name}'")
         return pb_utils.triton_string_to_numpy(tensor["data_type"])
+{%- if sig.accumulator %}
 
     def execute(self, requests):
         """One response per request, each flagged final, sent in order through the requests' senders."""
@@ -459,230 +583,7 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(output_tensors=tensors, parameters={TAG: tag})
 {%- endif %}
         return pb_utils.InferenceResponse(output_tensors=tensors)
-
-    def _read_inputs(self, request):
-        """The request's inputs without the batch axis (None for an optional input it leaves out)."""
-        inputs = {}
-        for name, (_, _, optional) in INPUTS.items():
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
-            if tensor is None:
-                if not optional:
-                    raise BadRequest(f"missing input '{name}'")
-                inputs[name] = None
-                continue
-            array = tensor.as_numpy()
-            if array.dtype != self.input_dtypes[name]:
-                expected = np.dtype(self.input_dtypes[name]).name
-                raise BadRequest(f"input '{name}' has data type {array.dtype.name}, expected {expected}")
-{%- if batched %}
-            if array.shape[0] != 1:
-                raise BadRequest(f"input '{name}': a request of a sequence is one row, got batch size {array.shape[0]}")
-            inputs[name] = array[0]
 {%- else %}
-            inputs[name] = array
-{%- endif %}
-        return inputs
-{%- if not direct %}
-
-    def _drop_idle(self, now):
-        """Release the state of sequences that Triton has ended for being idle (it tells the backend nothing).
-        A sequence is taken as ended once unseen for twice the idle timeout: the margin keeps one whose next
-        request Triton still holds in its queue."""
-        if now < self.next_sweep:
-            return
-        self.next_sweep = now + self.idle_timeout_s
-        for key in [key for key, (_, seen) in self.sequences.items() if now - seen > 2 * self.idle_timeout_s]:
-            del self.sequences[key]
-
-    def _correlation_id(self, request):
-        """The request's correlation ID: the CORRID control input's value (an int, or bytes for a string
-        ID), or without one in config.pbtxt the request's own (an int or a str)."""
-        if self.corrid is None:
-            return request.correlation_id()
-        value = pb_utils.get_input_tensor_by_name(request, self.corrid).as_numpy().flat[0]
-        return value if isinstance(value, bytes) else int(value)
-{%- endif %}
-
-    @staticmethod
-    def _control(request, name):
-        """A control input's value as a bool (config.pbtxt's int32_false_true: [0, 1])."""
-        return bool(pb_utils.get_input_tensor_by_name(request, name).as_numpy().flat[0])
-
-    def finalize(self):
-{%- if metrics %}
-        # The model owns its metrics: removing them (each metric before its family) takes them off /metrics.
-        del self.latency, self.batch_size, self.latency_family, self.batch_size_family
-{%- endif %}
-        pb_utils.Logger.log_info(f"{self.model_name}: finalized")
-{%- else -%}
-{%- set c = cookiecutter -%}
-{%- set mbs = c.max_batch_size|default(0)|int -%}
-{%- set batched = mbs > 0 -%}
-{#- A python variable for every tensor: its name in lower case, made unique and kept off keywords and the
-    names compute() uses. -#}
-{%- set taken = ['and', 'as', 'assert', 'async', 'await', 'break', 'class', 'continue', 'def', 'del', 'elif',
-    'else', 'except', 'finally', 'for', 'from', 'global', 'if', 'import', 'in', 'is', 'lambda', 'nonlocal', 'not',
-    'or', 'pass', 'raise', 'return', 'try', 'while', 'with', 'yield', 'match', 'case', 'type', 'np', 'pb_utils',
-    'json', 'inputs', 'outputs', 'n', 'compute', 'filled', 'nonzero_count', 'byte_count', 'len', 'sum', 'str',
-    'int', 'bytes', 'object'] -%}
-{%- set var = {} -%}
-{%- for t in sig.inputs + sig.outputs -%}
-{%- set v = t.name|lower -%}
-{%- set v = v ~ '_' if v in taken or v in var.values() else v -%}
-{%- set v = v ~ loop.index if v in taken or v in var.values() else v -%}
-{%- set _ = var.update({t.name: v}) -%}
-{%- endfor -%}
-{%- macro shape(t) -%}[{{ 'batch, ' if batched else '' }}{{ t.backend_dims|join(', ') }}]{%- endmacro -%}
-{%- macro fill_dims(t) -%}
-({% for d in t.backend_dims %}{{ 1 if d == -1 else d }}{{ ', ' if not loop.last else (',' if loop.length == 1 else '') }}{% endfor %})
-{%- endmacro -%}
-"""{{ c.model_name }}: a decoupled Python model, {{ sig.inputs|map(attribute='name')|join(', ') }} -> {{ sig.outputs|map(attribute='name')|join(', ') }}.
-
-For each request it sends one response, computed by compute(), and puts the final flag
-(TRITONSERVER_RESPONSE_COMPLETE_FINAL) on that same response. To stream, send several responses through
-the request's sender and put the final flag on the last one (see execute()).
-
-Your logic goes in `compute()` below. Keep reference.py in step with it: the project's tests and
-`tbgen test` compare the streamed responses with reference.responses().
-"""
-
-from __future__ import annotations
-
-import json
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-# The model's tensors, as config.pbtxt declares them: dims without the batch dimension, -1 = any size.
-INPUTS = {  # name: (data type, dims, optional)
-{%- for t in sig.inputs %}
-    "{{ t.name }}": ("{{ t.config_type }}", [{{ t.dims|join(', ') }}], {{ 'True' if t.optional else 'False' }}),
-{%- endfor %}
-}
-OUTPUTS = {  # name: (data type, dims)
-{%- for t in sig.outputs %}
-    "{{ t.name }}": ("{{ t.config_type }}", [{{ t.dims|join(', ') }}]),
-{%- endfor %}
-}
-
-
-# ---- Your computation ------------------------------------------------------------------------------
-def compute(inputs: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
-    """The outputs of one response to a request, from the request's inputs.
-{% if batched %}
-    Every array has the batch axis first. BYTES tensors are numpy object arrays of bytes objects.
-{%- else %}
-    The arrays have the dims of config.pbtxt (the model does not batch). BYTES tensors are numpy object
-    arrays of bytes objects.
-{%- endif %}
-    """
-{%- for t in sig.inputs %}
-    {{ var[t.name] }} = inputs["{{ t.name }}"]  # {{ t.datatype }} {{ shape(t) }}{{ ', optional: None when the request leaves it out' if t.optional else '' }}
-{%- endfor %}
-
-    # Your logic goes here: compute every output from the inputs above.
-{%- set text = (sig.inputs|selectattr('datatype', 'equalto', 'BYTES')|list) %}
-{%- if text %}
-    # Strings arrive as bytes; decode them where you need text, e.g.
-    #     strings = [s.decode("utf-8", "replace") for s in {{ var[text[0].name] }}.flat]
-{%- endif %}
-    # The placeholder below (reference.py computes the same): n = the number of non-zero elements of
-    # every input given{{ ' in each batch row' if batched else '' }}, a BYTES element counting its length in bytes; every
-    # element of every output is n, in the output's data type (a -1 in its dims has size 1).
-{%- for t in sig.inputs %}
-{%- set count = ('byte_count(' if t.datatype == 'BYTES' else 'nonzero_count(') ~ var[t.name] ~ ')' %}
-{%- if loop.first %}
-{%- if t.optional %}
-    n = {{ count }} if {{ var[t.name] }} is not None else 0
-{%- else %}
-    n = {{ count }}
-{%- endif %}
-{%- elif t.optional %}
-    if {{ var[t.name] }} is not None:
-        n = n + {{ count }}
-{%- else %}
-    n = n + {{ count }}
-{%- endif %}
-{%- endfor %}
-{% for t in sig.outputs %}
-    {{ var[t.name] }} = filled(n, {{ fill_dims(t) }}, np.{{ t.np }})  # {{ t.datatype }} {{ shape(t) }}
-{%- endfor %}
-    return {
-{%- for t in sig.outputs %}
-        "{{ t.name }}": {{ var[t.name] }},
-{%- endfor %}
-    }
-
-
-# Helpers of the placeholder computation.
-{%- if batched %}
-def nonzero_count(array: np.ndarray) -> np.ndarray:
-    """The number of non-zero elements of each batch row."""
-    return np.count_nonzero(array, axis=tuple(range(1, array.ndim))).astype(np.int64)
-
-
-def byte_count(strings: np.ndarray) -> np.ndarray:
-    """The total length in bytes of the BYTES elements of each batch row."""
-    return np.array([sum(len(s) for s in row.flat) for row in strings], dtype=np.int64)
-{%- else %}
-def nonzero_count(array: np.ndarray) -> np.ndarray:
-    """The number of non-zero elements of the request's array."""
-    return np.int64(np.count_nonzero(array))
-
-
-def byte_count(strings: np.ndarray) -> np.ndarray:
-    """The total length in bytes of the request's BYTES elements."""
-    return np.int64(sum(len(s) for s in strings.flat))
-{%- endif %}
-
-
-def filled(n: np.ndarray, dims: tuple[int, ...], dtype) -> np.ndarray:
-    """An output of ``dims`` {{ 'per batch row, every element the row\'s n' if batched else 'with every element n' }}, in ``dtype``: integers wrap around,
-    bool is n != 0, BYTES (object) the decimal string of n."""
-    n = np.asarray(n, dtype=np.int64)
-    if dtype is np.object_:
-        value = np.array([str(v).encode() for v in n.flat], dtype=np.object_).reshape(n.shape)
-    elif dtype is np.bool_:
-        value = n != 0
-    else:
-        value = n.astype(dtype)
-    return np.ascontiguousarray(np.broadcast_to(value.reshape(n.shape + (1,) * len(dims)), n.shape + dims))
-# -----------------------------------------------------------------------------------------------------
-
-
-class BadRequest(Exception):
-    """A problem with one request's inputs; it is answered with an error, the other requests are not."""
-
-
-def error_response(message: str, code=None) -> pb_utils.InferenceResponse:
-    """An error response; INVALID_ARG unless ``code`` says otherwise."""
-    return pb_utils.InferenceResponse(
-        error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
-    )
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        """Check that the model is decoupled; read the data types of the tensors once."""
-        self.model_name = args["model_name"]
-        config = json.loads(args["model_config"])
-        if not pb_utils.using_decoupled_model_transaction_policy(config):
-            raise pb_utils.TritonModelException(
-                f"model_transaction_policy.decoupled must be true for model '{self.model_name}'"
-            )
-        self.input_dtypes = {name: self._config_dtype(config, name, is_input=True) for name in INPUTS}
-        self.output_dtypes = {name: self._config_dtype(config, name, is_input=False) for name in OUTPUTS}
-
-    @staticmethod
-    def _config_dtype(config, name, is_input):
-        find = pb_utils.get_input_config_by_name if is_input else pb_utils.get_output_config_by_name
-        tensor = find(config, name)
-        if tensor is None:
-            kind = "input" if is_input else "output"
-            raise ValueError(f"config.pbtxt of model '{config['name']}' declares no {kind} '{name}'")
-        return pb_utils.triton_string_to_numpy(tensor["data_type"])
 
     def execute(self, requests):
         for request in requests:
@@ -713,10 +614,15 @@ class TritonPythonModel:
         except Exception as err:  # noqa: BLE001 - report it to this request, keep serving the others
             pb_utils.Logger.log_error(f"{self.model_name}: compute failed: {err}")
             return error_response(f"compute failed: {err}", pb_utils.TritonError.INTERNAL)
+{%- endif %}
 
     def _read_inputs(self, request):
+{%- if sig.accumulator %}
+        """The request's inputs without the batch axis (None for an optional input it leaves out)."""
+{%- else %}
         """The inputs of one request as numpy arrays by name, each read once (None for an optional input
         the request leaves out); BadRequest if unusable."""
+{%- endif %}
         inputs = {}
         for name, (_, _, optional) in INPUTS.items():
             tensor = pb_utils.get_input_tensor_by_name(request, name)
@@ -729,9 +635,46 @@ class TritonPythonModel:
             if array.dtype != self.input_dtypes[name]:
                 expected = np.dtype(self.input_dtypes[name]).name
                 raise BadRequest(f"input '{name}' has data type {array.dtype.name}, expected {expected}")
+{%- if sig.accumulator and batched %}
+            if array.shape[0] != 1:
+                raise BadRequest(f"input '{name}': a request of a sequence is one row, got batch size {array.shape[0]}")
+            inputs[name] = array[0]
+{%- else %}
             inputs[name] = array
+{%- endif %}
         return inputs
+{%- if sig.accumulator and not direct %}
+
+    def _drop_idle(self, now):
+        """Release the state of sequences that Triton has ended for being idle (it tells the backend nothing).
+        A sequence is taken as ended once unseen for twice the idle timeout: the margin keeps one whose next
+        request Triton still holds in its queue."""
+        if now < self.next_sweep:
+            return
+        self.next_sweep = now + self.idle_timeout_s
+        for key in [key for key, (_, seen) in self.sequences.items() if now - seen > 2 * self.idle_timeout_s]:
+            del self.sequences[key]
+
+    def _correlation_id(self, request):
+        """The request's correlation ID: the CORRID control input's value (an int, or bytes for a string
+        ID), or without one in config.pbtxt the request's own (an int or a str)."""
+        if self.corrid is None:
+            return request.correlation_id()
+        value = pb_utils.get_input_tensor_by_name(request, self.corrid).as_numpy().flat[0]
+        return value if isinstance(value, bytes) else int(value)
+{%- endif %}
+{%- if sig.accumulator %}
+
+    @staticmethod
+    def _control(request, name):
+        """A control input's value as a bool (config.pbtxt's int32_false_true: [0, 1])."""
+        return bool(pb_utils.get_input_tensor_by_name(request, name).as_numpy().flat[0])
+{%- endif %}
 
     def finalize(self):
+{%- if sig.accumulator and metrics %}
+        # The model owns its metrics: removing them (each metric before its family) takes them off /metrics.
+        del self.latency, self.batch_size, self.latency_family, self.batch_size_family
+{%- endif %}
         pb_utils.Logger.log_info(f"{self.model_name}: finalized")
 {%- endif %}

@@ -104,6 +104,12 @@ def require_pybind11():
         pytest.skip("cmake is not installed")
 
 
+def template_files(project: Path) -> set[str]:
+    """The files a template rendered into ``project``: all but tbgen's generation record (tests/update tests it)."""
+    return {str(path.relative_to(project)) for path in project.rglob("*")
+            if path.is_file() and path.relative_to(project).parts[0] != ".tbgen"}
+
+
 def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedProcess:
     """A real `tbgen` process (wide Rich output so messages are not wrapped)."""
     return subprocess.run(
@@ -226,3 +232,22 @@ def fuzz_passes(project: Path, count: int = 300, *extra: str) -> str:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " 0 failed" in result.stdout and f"{count} requests" in result.stdout, result.stdout[-4000:]
     return result.stdout
+
+
+def replace_once(path: Path, old: str, new: str) -> None:
+    """Edit a file as a user would: ``old`` (which must be there) becomes ``new``."""
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def commit_all(project: Path) -> None:
+    """Commit everything in ``project`` (a git repository is made there first if needed)."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=project,
+                       check=True, capture_output=True)
+
+    if not (project / ".git").exists():
+        git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "work", "--allow-empty")

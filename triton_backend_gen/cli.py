@@ -651,8 +651,14 @@ def check(
     docker: Annotated[bool, typer.Option("--docker", help="Resolve the libraries it needs in a container of the "
                                          "release's tritonserver image, as the server there loads it.")] = False,
     image: ImageOption = None,
+    drift: Annotated[bool, typer.Option("--drift", help="Instead: which generated files you edited, and whether the "
+                                        "template or the Triton release is behind (exit 1: `tbgen update` is "
+                                        "due).")] = False,
 ) -> None:
     """Check a built backend library: its exports, its imports against the server, its dependencies."""
+    if drift:
+        _check_drift(project, docker or server is not None or image is not None)
+        return
     with _user_errors():
         _check_docker_options(docker, image, gpu=False)
         if docker and server is not None:
@@ -749,6 +755,104 @@ def package(
         with _user_errors():
             report = _load("commands.test").run_project_tests(loaded, image=result.tag, packaged=True)
         _report_tests(report, junit_xml=None)
+
+
+@app.command()
+def update(
+    project: Annotated[Path, typer.Option("--project", help="The project (default: the one here).")] = Path("."),
+    triton_version: Annotated[Optional[str], typer.Option(
+        "--triton-version", help="The release to move to: 26.02, r26.02 or 2.67.0 (default: the newest).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Change an answer: --set key=value "
+                                                       "(repeatable).")] = None,
+    template_version: Annotated[Optional[str], typer.Option(
+        "--template-version", help="The template version to move to (this tbgen ships one per template).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Run on a git work tree with uncommitted changes.")] = False,
+) -> None:
+    """Move a project to a newer release or template, or other answers, keeping your edits (a 3-way merge with
+    what tbgen generated). Exit 1 when conflicts are left to resolve."""
+    with _user_errors():
+        updating = _load("commands.update")
+        loaded = load_project(project)
+        if not dry_run and not force:
+            updating.check_clean(loaded.root)
+        plan = updating.plan_project_update(loaded, triton_version=triton_version,
+                                            settings=_load("scaffold").parse_set_options(set_ or []),
+                                            template_version=template_version)
+        if plan.reconstructed:
+            console.print(f"[yellow]note[/yellow] {escape(updating.RECONSTRUCTED_NOTE)}", highlight=False)
+        _print_update_plan(plan, dry_run)
+        if dry_run:
+            return
+        updating.update_project(plan)
+        _print_release_changes(plan.old_release, plan.new_release)
+    if plan.conflicts:
+        console.print(f"[red]{len(plan.conflicts)} file(s) with conflicts[/red] (marked <<<<<<< yours ... >>>>>>> "
+                      "tbgen update): edit each to keep what you want and remove the markers, then check with "
+                      f"`grep -n '^<<<<<<<' {' '.join(escape(c.path) for c in plan.conflicts)}`, tbgen build and "
+                      "tbgen test.", highlight=False)
+        raise typer.Exit(1)
+    console.print("Next: tbgen build, tbgen test", highlight=False)
+
+
+def _print_update_plan(plan: Any, dry_run: bool) -> None:
+    old, new = plan.base.recipe, plan.new.recipe
+    what = (f"{plan.project.name}: {old.template} {old.template_version} at r{old.triton_version} -> "
+            f"{new.template_version} at r{new.triton_version}")
+    if not plan.changes:
+        console.print(escape(f"{what}: up to date, nothing to change."), highlight=False)
+        return
+    console.print(escape(f"{'Would update' if dry_run else 'Updated'} {what}:"), highlight=False)
+    table = Table()
+    for column in ("file", "action", "note"):
+        table.add_column(column)
+    colours = {"replaced": "green", "merged": "cyan", "added": "green", "conflict": "red"}
+    for change in plan.changes:
+        colour = colours.get(change.action, "yellow")
+        table.add_row(escape(change.path), f"[{colour}]{change.action}[/]", escape(change.note))
+    console.print(table)
+
+
+def _print_release_changes(old: versions.Release, new: versions.Release) -> None:
+    changes = versions.release_changes(old, new)
+    if not changes:
+        return
+    table = Table(title=f"What changed from {old.container} to {new.container} for a backend", title_justify="left")
+    for column in ("", old.container, new.container, "what to do"):
+        table.add_column(column)
+    for change in changes:
+        table.add_row(change.what, change.old, change.new, escape(change.action))
+    console.print(table)
+
+
+def _check_drift(project: Path, other_options: bool) -> None:
+    updating = _load("commands.update")
+    with _user_errors():
+        if other_options:
+            raise UsageError("--drift compares the project with what tbgen generates; --server, --docker and --image "
+                             "check a built library.", "Run them as two commands.")
+        report = updating.drift(load_project(project))
+    if report.reconstructed:
+        console.print(f"[yellow]note[/yellow] {escape(updating.RECONSTRUCTED_NOTE)}", highlight=False)
+    for label, files in (("edited by you", report.edited), ("deleted by you", report.deleted)):
+        if files:
+            console.print(f"{label}: " + escape(", ".join(files)), highlight=False)
+    if not report.edited and not report.deleted:
+        console.print("Every generated file is as tbgen wrote it.")
+    recorded, shipped = report.template
+    if report.template_behind:
+        console.print(escape(f"template: {recorded} generated it; tbgen ships {shipped}, which renders "
+                             f"{len(report.template_changed)} file(s) otherwise: update due"), highlight=False)
+    else:
+        console.print(escape(f"template: {shipped}, up to date"), highlight=False)
+    if report.release_behind:
+        console.print(escape(f"release: {report.release.container}; the newest tbgen knows is "
+                             f"{report.newest.container}: update due"), highlight=False)
+    else:
+        console.print(escape(f"release: {report.release.container}, the newest tbgen knows"), highlight=False)
+    if report.update_due:
+        console.print("Next: tbgen update --dry-run, then tbgen update", highlight=False)
+        raise typer.Exit(1)
 
 
 @add_app.command("model")

@@ -47,12 +47,12 @@ class signals_deferred:
     """Hold SIGINT/SIGTERM/SIGHUP during a shutdown so a second Ctrl-C cannot interrupt it half-way;
     they are delivered once it is done."""
 
-    _SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
     def __enter__(self) -> None:
         self._previous = None
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self._SIGNALS)
+            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
 
     def __exit__(self, *exc_info) -> None:
         if self._previous is not None:

@@ -200,3 +200,31 @@ def resolve(spec: str) -> Release:
             hint=known_releases_hint(),
         )
     return release
+
+
+@dataclass(frozen=True)
+class ReleaseChange:
+    """One fact that differs between two releases and matters to a backend, with what to do about it."""
+
+    what: str
+    old: str
+    new: str
+    action: str
+
+
+def release_changes(old: Release, new: Release) -> list[ReleaseChange]:
+    """What changed from ``old`` to ``new`` that a backend project must follow (empty for the same facts)."""
+    rows = (
+        ("backend API", "%d.%d" % old.backend_api, "%d.%d" % new.backend_api,
+         "rebuild the backend (tbgen build); a library built against a newer API does not load in an older server"),
+        ("server API", "%d.%d" % old.server_api, "%d.%d" % new.server_api,
+         "rebuild the backend; BLS code calling TRITONSERVER_* may use what the new API adds"),
+        ("CMake minimum", old.min_cmake, new.min_cmake,
+         f"pip install 'cmake>={new.min_cmake}' (tbgen doctor checks it)"),
+        ("Python of the stub", old.python, new.python,
+         f"rebuild Python execution environments and native extensions for Python {new.python}"),
+        ("CUDA", old.cuda, new.cuda, "build GPU code with this CUDA (the image's nvcc); check your kernels with it"),
+        ("CUDA architectures", ";".join(old.cuda_architectures), ";".join(new.cuda_architectures),
+         "GPU builds target this list (cuda_architectures in tbgen.toml's answers)"),
+    )
+    return [ReleaseChange(what, before, after, action) for what, before, after, action in rows if before != after]

@@ -95,16 +95,26 @@ def test_invalid_project_name_exits_2(tmp_path):
 
 def test_existing_project_needs_force(tmp_path):
     assert tbgen("new", "p", "-t", "python-backend", "--no-input", cwd=tmp_path).returncode == 0
-    readme = tmp_path / "p" / "README.md"
-    readme.write_text("edited\n")
     (tmp_path / "p" / "mine.txt").write_text("keep\n")
     again = tbgen("new", "p", "-t", "python-backend", "--no-input", cwd=tmp_path)
     assert again.returncode == 2 and "--force" in again.stderr
-    assert readme.read_text() == "edited\n"
-    forced = tbgen("new", "p", "-t", "python-backend", "--no-input", "--force", cwd=tmp_path)
-    assert forced.returncode == 0
-    assert readme.read_text() != "edited\n"
+    # --force replaces what tbgen generated and nobody edited: here, a README for another release
+    forced = tbgen("new", "p", "-t", "python-backend", "--no-input", "--force", "--triton-version", "24.10", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert "24.10" in (tmp_path / "p" / "README.md").read_text()
     assert (tmp_path / "p" / "mine.txt").read_text() == "keep\n"
+
+
+def test_force_never_reverts_an_edited_file_of_a_tbgen_project(tmp_path):
+    assert tbgen("new", "p", "-t", "python-backend", "--no-input", "--triton-version", "24.10", cwd=tmp_path).returncode == 0
+    model = tmp_path / "p" / "model_repository" / "add_sub" / "1" / "model.py"
+    model.write_text(model.read_text() + "# my edit\n")
+    before = {p: p.read_bytes() for p in (tmp_path / "p").rglob("*") if p.is_file()}
+    forced = tbgen("new", "p", "--answers", "p/tbgen.toml", "--triton-version", "26.02", "--no-input", "--force",
+                   cwd=tmp_path)
+    assert forced.returncode == 2
+    assert "model_repository/add_sub/1/model.py" in forced.stderr and "tbgen update" in forced.stderr
+    assert {p: p.read_bytes() for p in (tmp_path / "p").rglob("*") if p.is_file()} == before
 
 
 def test_answers_file_reproduces_a_project(tmp_path):

@@ -54,6 +54,7 @@ def test_missing_tools_fail_or_warn_with_their_fix(empty_path):
     assert found["cmake"].status == doctor.FAIL and found["cmake"].fix == "pip install 'cmake>=3.18'"
     assert found["C++17 compiler"].status == doctor.FAIL and "g++" in found["C++17 compiler"].fix
     assert found["ninja"].status == doctor.WARN and found["ninja"].fix == "pip install ninja"
+    assert found["git"].status == doctor.WARN and "tbgen update" in found["git"].found
     assert found["nvcc (for --gpu)"].status == doctor.WARN and "CUDA toolkit" in found["nvcc (for --gpu)"].fix
     sources = found["Triton sources r24.10"]
     assert sources.status == doctor.WARN and sources.fix == "tbgen deps fetch --triton-version 24.10"

@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 from conftest import TEMPLATES
 
+from triton_backend_gen.scaffold import read_record
+
 TEMPLATE_NAMES = sorted(p.name for p in TEMPLATES.iterdir() if (p / "cookiecutter.json").is_file())
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The project's files; tbgen's generation record (.tbgen/, which plain cookiecutter does not write) aside."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).parts[0] != ".tbgen"}
 
 
 def run_cookiecutter(template: str, out: Path, *extra: str) -> Path:
@@ -42,6 +46,8 @@ def test_defaults_render_identically(template, tmp_path):
     # and the trees are not trivially equal: both hold a whole project
     assert {"tbgen.toml", "README.md", "reference.py", "Dockerfile"} <= set(tree(ours))
     assert filecmp.cmp(plain / "tbgen.toml", ours / "tbgen.toml", shallow=False)
+    # the record holds exactly what was rendered
+    assert {path: file.data for path, file in read_record(ours).files.items()} == tree(plain)
 
 
 @pytest.mark.parametrize(

@@ -15,12 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cmake_fits_or_skip, grpc_infer, read_config, triton_sources_or_skip
+from conftest import cmake_fits_or_skip, grpc_infer, read_config, template_files, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import signature, versions
 from triton_backend_gen.project import BackendKind, load_project
-from triton_backend_gen.scaffold import read_answers_file
+from triton_backend_gen.scaffold import get_template, read_answers_file
 from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
@@ -64,10 +64,6 @@ COMMON_FILES = {
 GPU_FILES = {"src/kernels.cu", "src/kernels.h"}
 
 
-def rendered_files(project: Path) -> set[str]:
-    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
-
-
 def cmake_cache_default(cmakelists: str, variable: str) -> str:
     match = re.search(rf'set\({variable} "([^"]*)"', cmakelists)
     assert match, f"{variable} is not set in CMakeLists.txt"
@@ -81,13 +77,13 @@ def cmake_cache_default(cmakelists: str, variable: str) -> str:
 def test_golden_file_list(render_template, gpu):
     project = render_template("cpp-backend", gpu=gpu)
     assert project.name == "my-backend"
-    assert rendered_files(project) == COMMON_FILES | (GPU_FILES if gpu else set())
+    assert template_files(project) == COMMON_FILES | (GPU_FILES if gpu else set())
 
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_nothing_is_left_unrendered(render_template, gpu):
     project = render_template("cpp-backend", gpu=gpu, dtype="FP16")
-    for name in rendered_files(project):
+    for name in template_files(project):
         text = (project / name).read_text()
         assert "{{" not in text and "{%" not in text and "cookiecutter" not in text, name
 
@@ -203,7 +199,7 @@ def test_gpu_defaults_to_gpu_instances(render_template):
 def test_tbgen_toml_records_the_project(render_template):
     project = load_project(render_template("cpp-backend", gpu=True, dtype="INT64", max_batch_size=0,
                                            triton_version="r24.10"))
-    assert (project.template, project.template_version) == ("cpp-backend", "0.1.0")
+    assert (project.template, project.template_version) == ("cpp-backend", get_template("cpp-backend").version)
     assert (project.name, project.backend, project.kind) == ("my-backend", "my_backend", BackendKind.CPP)
     assert (project.release, project.gpu) == (versions.resolve("24.10"), True)
     assert project.model_repository == project.root / "model_repository"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TEMPLATES, read_config, triton_sources_or_skip
+from conftest import TEMPLATES, read_config, template_files, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
@@ -61,10 +61,6 @@ INPUTS = {"IN": ("TYPE_INT32", [-1]), "DELAY": ("TYPE_UINT32", [-1]), "WAIT": ("
 OUTPUTS = {"OUT": ("TYPE_INT32", [1]), "IDX": ("TYPE_UINT32", [1])}
 
 
-def rendered_files(project: Path) -> set[str]:
-    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
-
-
 def tensor_interface(tensors) -> dict[str, tuple[str, list[int]]]:
     return {t.name: (model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in tensors}
 
@@ -76,18 +72,18 @@ def tensor_interface(tensors) -> dict[str, tuple[str, list[int]]]:
 def test_golden_file_list(render_template, language):
     project = render_template(TEMPLATE, language=language)
     assert project.name == "my-backend"
-    assert rendered_files(project) == COMMON_FILES | LANGUAGE_FILES[language]
+    assert template_files(project) == COMMON_FILES | LANGUAGE_FILES[language]
 
 
 def test_defaults_render_the_cpp_variant(render_template):
     project = render_template(TEMPLATE)
-    assert rendered_files(project) == COMMON_FILES | LANGUAGE_FILES["cpp"]
+    assert template_files(project) == COMMON_FILES | LANGUAGE_FILES["cpp"]
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_nothing_is_left_unrendered(render_template, language):
     project = render_template(TEMPLATE, language=language)
-    for relative in rendered_files(project):
+    for relative in template_files(project):
         text = (project / relative).read_text()
         assert not re.search(r"\{\{|\{%|cookiecutter\.", text), f"unrendered Jinja in {relative}"
 

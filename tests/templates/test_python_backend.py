@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import build_native, read_config
+from conftest import build_native, read_config, template_files
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen import versions
@@ -55,10 +55,6 @@ def option_id(options: dict) -> str:
     return "-".join(f"{key}={value}" for key, value in options.items())
 
 
-def rendered_files(project: Path) -> set[str]:
-    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
-
-
 def model_file(project: Path) -> Path:
     backend = project / "backends" / "my_backend" / "model.py"
     if backend.is_file():
@@ -82,16 +78,15 @@ def test_golden_file_list(render_template, options):
     expected = set(COMMON_FILES)
     expected |= PYTHON_BASED_BACKEND_FILES if options["python_based_backend"] else STOCK_MODEL_FILES
     expected |= NATIVE_FILES if options["native"] else set()
-    assert rendered_files(project) == expected
+    assert template_files(project) == expected
 
 
 @pytest.mark.parametrize("options", OPTION_MATRIX, ids=option_id)
 def test_rendered_files_are_code_without_jinja(render_template, options, tmp_path):
     project = render_template(TEMPLATE, **options)
-    for path in project.rglob("*"):
-        if path.is_file():
-            text = path.read_text()
-            assert "{{" not in text and "{%" not in text and "cookiecutter" not in text, path
+    for name in template_files(project):
+        text = (project / name).read_text()
+        assert "{{" not in text and "{%" not in text and "cookiecutter" not in text, name
     for path in project.rglob("*.py"):
         py_compile.compile(str(path), cfile=str(tmp_path / "pyc" / (path.name + "c")), doraise=True)
 

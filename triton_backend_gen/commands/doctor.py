@@ -1,7 +1,7 @@
 """`tbgen doctor`: what building and running a backend needs, checked on this machine.
 
 ``diagnose`` returns one :class:`Diagnosis` per piece: CMake (against the release's minimum), a C++17
-compiler, Ninja, RapidJSON, googletest, nvcc (for --gpu builds), Triton's source cache, the tritonservers tbgen
+compiler, Ninja, git, RapidJSON, googletest, nvcc (for --gpu builds), Triton's source cache, the tritonservers tbgen
 can find, and Docker. Each piece that is missing or too old carries the command that fixes it. Required pieces
 (CMake, the compiler, a server) fail; the others only warn, as tbgen works without them.
 """
@@ -24,7 +24,7 @@ from triton_backend_gen.discovery import SERVER_EXTRA_HINT, SOURCE_EXPLICIT, dis
 from triton_backend_gen.engine import default_image, tbgen_containers
 from triton_backend_gen.errors import TbgenError
 from triton_backend_gen.project import Project
-from triton_backend_gen.scaffold import get_template
+from triton_backend_gen.scaffold import get_template, read_record
 from triton_backend_gen.toolchain.build import find_nvcc, parse_nvcc_version
 from triton_backend_gen.toolchain.cmake import cmake_executable, googletest_sources, tool_on_path
 from triton_backend_gen.toolchain.sources import cached_sources, missing_repositories, sources_dir
@@ -74,9 +74,11 @@ def diagnose(server: Path | None = None, project: Project | None = None,
     target, chosen = versions.target_release(triton_version, project.release if project is not None else None)
     return [
         *([check_project(project)] if project is not None else []),
+        *(check_release_change(project) if project is not None else []),
         check_cmake(target),
         check_compiler(),
         check_ninja(),
+        check_git(),
         check_rapidjson(),
         check_googletest(target),
         check_nvcc(),
@@ -96,8 +98,22 @@ def check_project(project: Project) -> Diagnosis:
         return Diagnosis("project", WARN, f"{found}; tbgen ships no template {project.template!r}")
     if shipped != project.template_version:
         return Diagnosis("project", WARN, f"{found}; tbgen's {project.template} is {shipped}",
-                         "render the project again with the newer template: tbgen new --answers tbgen.toml --force")
+                         "tbgen update (tbgen check --drift lists what you edited; your edits are kept)")
     return Diagnosis("project", OK, found)
+
+
+def check_release_change(project: Project) -> list[Diagnosis]:
+    """What changed for a backend when the project last moved to another release (by its generation record)."""
+    try:
+        record = read_record(project.root)
+    except TbgenError:
+        return []
+    releases = record.recipe.releases if record is not None else ()
+    if len(releases) < 2 or releases[-2] == releases[-1]:
+        return []
+    old, new = versions.resolve(releases[-2]), versions.resolve(releases[-1])
+    return [Diagnosis(f"{old.container} -> {new.container}: {change.what}", WARN, f"{change.old} -> {change.new}",
+                      change.action) for change in versions.release_changes(old, new)]
 
 
 def check_cmake(release: versions.Release) -> Diagnosis:
@@ -145,6 +161,14 @@ def check_ninja() -> Diagnosis:
                          "pip install ninja")
     version = (_output([ninja, "--version"]) or "").strip()
     return Diagnosis("ninja", OK, f"{version or 'unknown version'} at {ninja}")
+
+
+def check_git() -> Diagnosis:
+    git = shutil.which("git")
+    if git is None:
+        return Diagnosis("git", WARN, "not found (tbgen update merges your edits with git merge-file)",
+                         "apt-get install git")
+    return Diagnosis("git", OK, (_output([git, "--version"]) or "").strip() or git)
 
 
 def check_rapidjson() -> Diagnosis:

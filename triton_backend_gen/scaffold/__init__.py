@@ -6,23 +6,28 @@ before anything is written, then renders the template atomically.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from triton_backend_gen import frameworks
-from triton_backend_gen.errors import AnswerError
+from triton_backend_gen.errors import AnswerError, TbgenError
 from triton_backend_gen.model_config.importing import ImportedModel, import_config
-from triton_backend_gen.project import load_project
+from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import compose, naming
-from triton_backend_gen.scaffold.compose import add_model
 from triton_backend_gen.scaffold.example_model import ExampleModel
 from triton_backend_gen.scaffold.example_model import write_example_model as _write_with
 from triton_backend_gen.scaffold.answers import Prompter, parse_set_options, read_answers_file, resolve_answers
+from triton_backend_gen.scaffold.record import (Addition, Record, Recipe, read_record, read_tree, record_tree,
+                                                write_file, write_record_atomically)
 from triton_backend_gen.scaffold.render import render_project
-from triton_backend_gen.scaffold.templates import get_template, list_templates
+from triton_backend_gen.scaffold.templates import Option, get_template, list_templates
 
-__all__ = ["add_model", "ExampleModel", "ImportedModel", "import_config", "render_new_project", "write_example_model", "parse_set_options", "read_answers_file", "resolve_answers", "render_project", "get_template", "list_templates"]
+__all__ = ["add_model", "Recipe", "Record", "read_record", "render_recipe", "ExampleModel", "ImportedModel",
+           "import_config", "render_new_project", "write_example_model", "parse_set_options",
+           "read_answers_file", "resolve_answers", "render_project", "get_template", "list_templates"]
 
 
 def render_new_project(
@@ -38,7 +43,8 @@ def render_new_project(
 
     ``given`` holds the answers the user set (values may be strings, as from ``--set``); the others take their
     defaults or are asked for through ``prompter``. ``imported``: the model of ``--from-config``, whose
-    answers come under ``given`` and whose label files are written beside its config.pbtxt.
+    answers come under ``given`` and whose label files are written beside its config.pbtxt. The project
+    gets its generation record (scaffold.record), the base of a later ``tbgen update``.
     """
     spec = get_template(template)
     name = naming.check_project_name(Path(target).name)  # as it is: answers are stripped, a directory name is not
@@ -48,20 +54,85 @@ def render_new_project(
             "The project's name is the last part of PATH (tbgen new PATH): leave project_name out of --set and "
             "answers files.",
         )
+    carried: dict[str, bytes] = {}
     if imported is not None:
         given = {**imported.answers(template), **given}
-    composition, given = compose.plan(template, given)
+        carried = {f"model_repository/{given['model_name']}/{file}": data for file, data in imported.files.items()}
+    recipe = Recipe(template, spec.version, {**given, "project_name": name}, carried=tuple(sorted(carried)))
+    return render_recipe(recipe, Path(target), carried, force=force, prompter=prompter)
+
+
+def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *, force: bool = False,
+                  prompter: Prompter | None = None) -> Path:
+    """Render ``recipe`` (a new project's, or a recorded one with other answers) into ``target``, replaying the
+    models it added, and record it there. ``carried``: the contents of ``recipe.carried``."""
+    spec = get_template(recipe.template)
+    given = {k: v for k, v in recipe.given.items() if k != "project_name"}
+    composition, given = compose.plan(recipe.template, given)
     if composition is None and given.get("signature") and "model_name" not in given:
         # A model of the user's own is no add/sub: it takes the project's name unless told otherwise.
-        given = {**given, "model_name": name.lower()}
-    answers = resolve_answers(spec, {"project_name": name, **given}, prompter)
+        given = {**given, "model_name": recipe.project_name.lower()}
+    recording = _RecordingPrompter(prompter) if prompter is not None else None
+    answers = resolve_answers(spec, {"project_name": recipe.project_name, **given}, recording)
     if composition is not None:
         compose.check_answers(composition, answers)
-    model_dir = Path("model_repository", answers["model_name"])
-    files = {model_dir / file: data for file, data in (imported.files if imported else {}).items()}
+    release = answers["triton_version"]
+    recipe = replace(recipe, template_version=spec.version,
+                     given={**recipe.given, **(recording.chosen if recording else {}), "triton_version": release},
+                     releases=recipe.releases if recipe.releases[-1:] == (release,) else (*recipe.releases, release))
     grower = compose.Grower(composition, answers, {}, fresh_project=True) if composition is not None else None
-    return render_project(spec, answers, Path(target), force=force, files=files,
-                          extend=grower.grow if grower is not None else None)
+
+    def finish(root: Path) -> None:
+        if grower is not None:
+            grower.grow(root)
+        for addition in recipe.additions:
+            compose.add_model(load_project(root), addition.name, addition.template, addition.given)
+        record_tree(root, recipe)
+
+    return render_project(spec, answers, Path(target), force=force, extend=finish,
+                          files={Path(relative): data for relative, data in carried.items()})
+
+
+class _RecordingPrompter:
+    """A prompter that remembers the answers the user chose other than the defaults (they join the recipe)."""
+
+    def __init__(self, prompter: Prompter) -> None:
+        self.prompter, self.chosen = prompter, {}
+
+    def ask(self, option: Option, default: Any) -> Any:
+        value = self.prompter.ask(option, default)
+        if str(value) != str(default):
+            self.chosen[option.key] = value
+        return value
+
+    def show_error(self, error: AnswerError) -> None:
+        self.prompter.show_error(error)
+
+
+def add_model(project: Project, name: str, template: str | None, given: Mapping[str, Any]) -> list[Path]:
+    """``tbgen add model``: add model ``name`` to ``project`` (see scaffold.compose.add_model); the generation
+    record learns it, so that ``tbgen update`` renders it again. Returns the files written."""
+    record = read_record(project.root)
+    addition = Addition(name, template, dict(given))
+    base = _replayed(record, addition) if record is not None else None
+    written = compose.add_model(project, name, template, given)
+    if base is not None:
+        write_record_atomically(project.root, base)
+    return written
+
+
+def _replayed(record: Record, addition: Addition) -> Record | None:
+    """``record`` with ``addition`` replayed on the files it holds; None when it cannot be (the project was
+    grown by hand in a way the addition depends on: its files then count as the user's)."""
+    with tempfile.TemporaryDirectory(prefix="tbgen-record-") as scratch:
+        root = Path(scratch) / record.recipe.project_name
+        for relative, file in record.files.items():
+            write_file(root / relative, file)
+        try:
+            compose.add_model(load_project(root), addition.name, addition.template, addition.given)
+        except TbgenError:
+            return None
+        return Record(record.recipe.with_additions(addition), read_tree(root))
 
 
 def write_example_model(root: Path) -> ExampleModel | None:

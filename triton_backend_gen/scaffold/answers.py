@@ -31,6 +31,8 @@ NATIVE_DTYPES = ("FP32", "FP16", "INT32", "INT64")
 EXAMPLE_KEYS = ("dtype", "dims", *TENSOR_KEYS)
 # The answers of a composed model: given by --pattern and --set, never asked for (see scaffold.compose).
 COMPOSE_KEYS = ("pattern", "callees", "selector")
+# Facts of the release rather than choices: taken from the release matrix, never asked for.
+RELEASE_KEYS = ("cmake_minimum",)
 SEQUENCE_MODEL_NAME = "accumulate"  # the sequence example's default model name
 # Limits of the model configuration's fields: max_batch_size and instance counts are int32.
 INT32_MAX = 2**31 - 1
@@ -180,6 +182,18 @@ def _cuda_architectures(value: str) -> str:
     return ";".join(archs)
 
 
+def _cmake_version(value: str) -> str:
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,3}", value):
+        raise AnswerError(f"cmake_minimum must be a CMake version such as 3.31.8, got {value!r}.",
+                          "Leave it out: it follows the release (`tbgen versions` lists each one's).")
+    return value
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """"3.31.8" -> (3, 31, 8)."""
+    return tuple(int(part) for part in text.split("."))
+
+
 VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "project_name": naming.check_project_name,
     "backend_name": naming.check_backend_name,
@@ -190,6 +204,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "instance_count": _positive("instance_count"),
     "instance_kind": _instance_kind,
     "cuda_architectures": _cuda_architectures,
+    "cmake_minimum": _cmake_version,
     **{key: signature.check_tensor_name for key in TENSOR_KEYS},
 }
 
@@ -197,6 +212,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
 MATRIX_DEFAULTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "triton_version": lambda answers: versions.newest().container,
     "cuda_architectures": lambda answers: ";".join(versions.resolve(answers["triton_version"]).cuda_architectures),
+    "cmake_minimum": lambda answers: versions.resolve(answers["triton_version"]).min_cmake,
 }
 
 class Prompter(Protocol):
@@ -228,12 +244,32 @@ def resolve_answers(template: Template, given: Mapping[str, Any], prompter: Prom
             continue
         default = _default(option, answers)
         own_signature = bool(answers.get("signature", {}).get("inputs"))
-        if prompter is None or (own_signature and option.key in EXAMPLE_KEYS) or option.key in COMPOSE_KEYS:
+        if (prompter is None or (own_signature and option.key in EXAMPLE_KEYS) or option.key in COMPOSE_KEYS
+                or option.key in RELEASE_KEYS):
             answers[option.key] = _validate(option, default)
         else:
             answers[option.key] = _ask_until_valid(prompter, option, default)
     check_consistency(template, answers)
     return answers
+
+
+def chosen_answers(template: Template, answers: Mapping[str, Any]) -> dict[str, Any]:
+    """Of ``answers`` (a project's, all resolved), those that are not what the defaults give: the user's
+    choices. Keys that are no option of ``template`` are kept as they are."""
+    chosen: dict[str, Any] = {k: v for k, v in answers.items() if template.option(k) is None}
+    resolved: dict[str, Any] = {}
+    for option in template.options:
+        if option.key not in answers:
+            continue
+        value = answers[option.key]
+        try:
+            is_default = _validate(option, value) == _validate(option, _default(option, resolved))
+        except (AnswerError, KeyError):
+            is_default = False
+        if not is_default:
+            chosen[option.key] = value
+        resolved[option.key] = value
+    return chosen
 
 
 def _validate(option: Option, value: Any) -> Any:
@@ -296,6 +332,12 @@ def _check_sequence(answers: Mapping[str, Any], given: signature.Signature | Non
 
 def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     """Rules that span several answers."""
+    if "cmake_minimum" in answers:
+        needed = versions.resolve(answers["triton_version"]).min_cmake
+        if version_tuple(answers["cmake_minimum"]) < version_tuple(needed):
+            raise AnswerError(f"Triton's r{answers['triton_version']} sources need CMake {needed} or newer; "
+                              f"cmake_minimum {answers['cmake_minimum']} is older.",
+                              "Leave cmake_minimum out: it follows the release.")
     if answers.get("custom_metrics") and answers.get("pattern", "none") != "none":
         raise AnswerError("custom_metrics instruments a model that computes; the C++ BLS router only forwards "
                           "requests and answers them in completion callbacks.",

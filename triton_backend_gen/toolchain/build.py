@@ -223,7 +223,7 @@ def tag_disagreements(project: Project) -> list[str]:
     return [
         f"CMakeLists.txt sets TRITON_{repo}_REPO_TAG to {tag}, but tbgen.toml targets Triton "
         f"{project.release.container}: tbgen builds with {wanted} (tbgen.toml wins, passed as -D). To move the "
-        f"project to {tag}, set triton_version in tbgen.toml (and the Dockerfile's base image) to match."
+        "project to another release: tbgen update --triton-version YY.MM (it keeps your edits)."
         for repo, tag in _REPO_TAG.findall(text) if tag != wanted
     ]
 

@@ -1,0 +1,182 @@
+"""Updating a project: a 3-way merge of the project (yours), the record of what tbgen generated (the base)
+and a new rendering (tbgen's), file by file, and applying it all or nothing.
+
+``plan_update`` decides, for every file tbgen generated then or generates now:
+
+    you never touched it             -> replaced by tbgen's new version ("replaced")
+    you edited it, tbgen changed it  -> tbgen's change merged around your edits with git's merge-file
+                                        ("merged"), or conflict markers where both changed the same lines
+                                        ("conflict")
+    you edited it, tbgen did not     -> kept as it is
+    you deleted it                   -> stays deleted (listed when tbgen changed it: "deleted by you")
+    tbgen no longer generates it     -> kept (listed: "no longer generated")
+    new in the template              -> added ("added"); where a file of yours is already there, merged
+                                        with an empty base
+
+``apply_update`` writes the plan and the new record with SIGINT/SIGTERM/SIGHUP held back; if one arrives, or
+anything fails, every file is put back as it was before the signal is delivered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from triton_backend_gen.errors import ScaffoldError, UsageError
+from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, pack
+from triton_backend_gen.signals import signals_deferred
+
+REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
+DELETED_BY_YOU, NO_LONGER_GENERATED = "deleted by you", "no longer generated"
+WRITTEN = (REPLACED, MERGED, CONFLICT, ADDED)  # the actions that write a file
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str  # relative POSIX path
+    action: str
+    result: GeneratedFile | None = None  # what is written (None: nothing)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Labels:
+    """How the three sides are named in conflict markers."""
+
+    yours: str
+    base: str
+    theirs: str
+
+
+def plan_update(root: Path, base: Mapping[str, GeneratedFile], new: Mapping[str, GeneratedFile],
+                labels: Labels) -> list[Change]:
+    """What updating the project at ``root`` from ``base`` (as generated) to ``new`` (as tbgen generates it
+    now) does to each file; files that stay as they are are left out."""
+    changes = []
+    for path in sorted(set(base) | set(new)):
+        change = _plan_file(root / path, path, base.get(path), new.get(path), labels)
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def _plan_file(current: Path, path: str, base: GeneratedFile | None, new: GeneratedFile | None,
+               labels: Labels) -> Change | None:
+    yours = current.read_bytes() if current.is_file() and not current.is_symlink() else None
+    if new is None:
+        if yours is not None and base is not None and yours == base.data:
+            return Change(path, NO_LONGER_GENERATED, note="kept; delete it if nothing of yours uses it")
+        return None
+    if yours is None:
+        if current.exists() or current.is_symlink():
+            return Change(path, CONFLICT, note="a directory or link of yours is where tbgen writes a file")
+        if base is None:
+            return Change(path, ADDED, new)
+        if base.data != new.data:
+            return Change(path, DELETED_BY_YOU, note="tbgen changed it; it stays deleted")
+        return None
+    if yours == new.data:
+        return None
+    if base is not None and yours == base.data:
+        return Change(path, REPLACED, new)
+    if base is not None and base.data == new.data:
+        return None  # your edit; tbgen has nothing new here
+    merged, conflicts = merge_text(yours, base.data if base is not None else b"", new.data, labels)
+    if merged is None:
+        return Change(path, CONFLICT, note="not text: yours is kept; compare it with tbgen's by hand")
+    result = GeneratedFile(merged, new.executable)
+    if conflicts:
+        return Change(path, CONFLICT, result, f"{conflicts} conflict(s) marked")
+    return Change(path, MERGED, result)
+
+
+def merge_text(yours: bytes, base: bytes, theirs: bytes, labels: Labels) -> tuple[bytes | None, int]:
+    """git merge-file of the three versions: (the merged bytes, the number of conflicts); (None, 0) for a file
+    that is not text."""
+    if any(b"\0" in data for data in (yours, base, theirs)):
+        return None, 0
+    git = shutil.which("git")
+    if git is None:
+        raise UsageError("tbgen update merges your edits with `git merge-file`, and git is not on PATH.",
+                         "Install git (Debian/Ubuntu: apt-get install git), then run tbgen update again.")
+    with tempfile.TemporaryDirectory(prefix="tbgen-merge-") as scratch:
+        paths = []
+        for name, data in (("yours", yours), ("base", base), ("theirs", theirs)):
+            path = Path(scratch, name)
+            path.write_bytes(data)
+            paths.append(str(path))
+        result = subprocess.run(
+            [git, "merge-file", "-p", "-L", labels.yours, "-L", labels.base, "-L", labels.theirs, *paths],
+            capture_output=True, check=False)
+    if result.returncode < 0 or result.returncode > 127:
+        raise UsageError(f"git merge-file failed: {result.stderr.decode(errors='replace').strip()}",
+                         "Check that git works (git --version), then run tbgen update again.")
+    return result.stdout, result.returncode
+
+
+def apply_update(root: Path, changes: list[Change], record: Record) -> None:
+    """Write every change and the new generation record under ``root``, all or nothing."""
+    writes = [(Path(root) / c.path, c.result) for c in changes if c.result is not None]
+    writes.append((Path(root) / RECORD_FILE, GeneratedFile(pack(record))))
+    journal: list[tuple[Path, bytes | None, int]] = []
+    created: list[Path] = []
+    with signals_deferred():
+        try:
+            for path, file in writes:
+                created += _make_parents(path.parent)
+                journal.append((path, path.read_bytes(), path.stat().st_mode) if path.exists() else (path, None, 0))
+                _write_whole(path, file)
+        except OSError as err:
+            _roll_back(journal, created)
+            raise ScaffoldError(f"Cannot write {err.filename or root}: {err.strerror or err}; the project is as it "
+                                "was.", "Free space or fix the permissions, then run tbgen update again.") from err
+        except BaseException:
+            _roll_back(journal, created)
+            raise
+        if signal.sigpending() & signals_deferred.SIGNALS:
+            _roll_back(journal, created)
+    # A signal held back above is delivered here, to a project as it was before.
+
+
+def _make_parents(directory: Path) -> list[Path]:
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir()
+    return list(reversed(missing))
+
+
+def _write_whole(path: Path, file: GeneratedFile) -> None:
+    """Write ``path`` through a sibling renamed over it: a file is never left half-written."""
+    temporary = path.with_name(f".{path.name}.tbgen-update")
+    mode = path.stat().st_mode if path.exists() else None
+    temporary.write_bytes(file.data)
+    if mode is not None:
+        os.chmod(temporary, mode)
+    if file.executable:
+        current = temporary.stat().st_mode
+        os.chmod(temporary, current | ((current & 0o444) >> 2))
+    os.replace(temporary, path)
+
+
+def _roll_back(journal: list[tuple[Path, bytes | None, int]], created: list[Path]) -> None:
+    for path, data, mode in reversed(journal):
+        path.with_name(f".{path.name}.tbgen-update").unlink(missing_ok=True)
+        if data is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(data)
+            os.chmod(path, mode)
+    for directory in reversed(created):
+        try:
+            directory.rmdir()
+        except OSError:
+            pass

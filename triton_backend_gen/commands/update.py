@@ -22,7 +22,7 @@ from triton_backend_gen.project import Project
 from triton_backend_gen.scaffold import get_template, read_answers_file, read_record, render_recipe
 from triton_backend_gen.scaffold.answers import chosen_answers
 from triton_backend_gen.scaffold.record import Recipe, Record
-from triton_backend_gen.scaffold.update import CONFLICT, WRITTEN, Change, Labels, apply_update, plan_update
+from triton_backend_gen.scaffold.update import CONFLICT, Change, Labels, apply_update, plan_update
 
 RECONSTRUCTED_NOTE = ("this project has no generation record (.tbgen/generated.tar.gz: made before tbgen kept one), "
                       "so its base was rendered from tbgen.toml's answers with today's templates: where they differ "
@@ -48,10 +48,6 @@ class UpdatePlan:
     @property
     def conflicts(self) -> list[Change]:
         return [c for c in self.changes if c.action == CONFLICT]
-
-    @property
-    def writes(self) -> list[Change]:
-        return [c for c in self.changes if c.action in WRITTEN and c.result is not None]
 
 
 def plan_project_update(project: Project, *, triton_version: str | None = None,

@@ -17,11 +17,19 @@ from triton_backend_gen.errors import AnswerError, TbgenError
 from triton_backend_gen.model_config.importing import ImportedModel, import_config
 from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import compose, naming
+from triton_backend_gen.scaffold.answers import Prompter, parse_set_options, read_answers_file, resolve_answers
 from triton_backend_gen.scaffold.example_model import ExampleModel
 from triton_backend_gen.scaffold.example_model import write_example_model as _write_with
-from triton_backend_gen.scaffold.answers import Prompter, parse_set_options, read_answers_file, resolve_answers
-from triton_backend_gen.scaffold.record import (Addition, Record, Recipe, read_record, read_tree, record_tree,
-                                                write_file, write_record_atomically)
+from triton_backend_gen.scaffold.record import (
+    Addition,
+    Recipe,
+    Record,
+    read_record,
+    read_tree,
+    record_tree,
+    write_file,
+    write_record_atomically,
+)
 from triton_backend_gen.scaffold.render import render_project
 from triton_backend_gen.scaffold.templates import Option, get_template, list_templates
 

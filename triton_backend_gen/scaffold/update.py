@@ -34,7 +34,6 @@ from triton_backend_gen.signals import signals_deferred
 
 REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
 DELETED_BY_YOU, NO_LONGER_GENERATED = "deleted by you", "no longer generated"
-WRITTEN = (REPLACED, MERGED, CONFLICT, ADDED)  # the actions that write a file
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,12 @@ app.add_typer(deps_app, name="deps")
 add_app = typer.Typer(help="Add a piece to a project: a third-party library a C++ backend links.",
                       no_args_is_help=True)
 app.add_typer(add_app, name="add")
+env_app = typer.Typer(help="Python environments of python-backend models (their requirements.txt).",
+                      no_args_is_help=True)
+app.add_typer(env_app, name="env")
+deploy_app = typer.Typer(help="Kubernetes for the project's image: a Helm chart or manifests, checked "
+                          "offline, and run here as the cluster would run it.", no_args_is_help=True)
+app.add_typer(deploy_app, name="deploy")
 
 # Not on a terminal (CI logs, pipes) Rich would cut tables at 80 columns: print full values there instead.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 4096
@@ -855,6 +861,34 @@ def _check_drift(project: Path, other_options: bool) -> None:
         raise typer.Exit(1)
 
 
+@env_app.command("pack")
+def env_pack(
+    project: Annotated[Path, typer.Argument(help="The project.")] = Path("."),
+    model: Annotated[Optional[str], typer.Option("--model", help="Only this model (default: every python model "
+                                                 "with a requirements.txt).")] = None,
+    docker: Annotated[bool, typer.Option("--docker", help="Build it inside the server's image (for tbgen test "
+                                         "--docker and tbgen package), with the image's python3.")] = False,
+    image: ImageOption = None,
+) -> None:
+    """Pack model_repository/MODEL/requirements.txt (with numpy) into the environment the python backend runs the
+    model in: MODEL/python-env.tar.gz, named by EXECUTION_ENV_PATH in its config.pbtxt."""
+    with _user_errors():
+        _check_docker_options(docker, image, gpu=False)
+        loaded = load_project(project)
+        console.print(f"Packing for {escape(image or 'the release image') if docker else 'this machine'} "
+                      "(pip's output: build/tbgen/env-MODEL.log) ...", highlight=False)
+        packed = _load("commands.env").pack_envs(loaded, model=model, docker=docker, image=image)
+    for result in packed:
+        env = result.env
+        size = env.path.stat().st_size / 1e6
+        console.print(f"[green]Packed[/green] {escape(str(env.path))} ({size:.1f} MB): Python {env.python}, "
+                      f"{len(env.modules)} modules, for {escape(result.target)}", highlight=False)
+        if result.config_written:
+            console.print(f"[yellow]Wrote[/yellow] EXECUTION_ENV_PATH into {escape(result.model)}/config.pbtxt "
+                          "($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)", highlight=False)
+    console.print("Next: tbgen test" + (" --docker" if docker else ""), highlight=False)
+
+
 @add_app.command("model")
 def add_model(
     name: Annotated[str, typer.Argument(help="The new model's name (with --pattern: the top model's).")],
@@ -907,6 +941,159 @@ def add_library(
     console.print("Include its headers in the backend's sources and use it; `tbgen package` carries the shared "
                   "objects the server's image lacks.", highlight=False)
     console.print(f"Next: tbgen build {escape(str(project))}", highlight=False)
+
+
+DeployProject = Annotated[Path, typer.Option("--project", help="The project (default: the one here).")]
+DeployOut = Annotated[Optional[Path], typer.Option("--out", help="Where to write (default: the project's {}).")]
+DeployImage = Annotated[Optional[str], typer.Option("--image", help="The image the pods run (default: the tag tbgen "
+                                                    "package gives, <project>:latest).")]
+DeployReplicas = Annotated[Optional[int], typer.Option("--replicas", help="Pods while autoscaling is off "
+                                                       "(replicaCount).")]
+DeployControlMode = Annotated[Optional[str], typer.Option("--model-control-mode", help="none, explicit or poll "
+                                                          "(server.modelControlMode).")]
+DeployServerArg = Annotated[Optional[list[str]], typer.Option("--server-arg", help="One more tritonserver flag, e.g. "
+                                                              "--server-arg=--log-verbose=1 (repeatable; "
+                                                              "server.extraArgs).")]
+DeploySet = Annotated[Optional[list[str]], typer.Option("--set", help="Any chart value: --set KEY=VALUE with KEY as "
+                                                        "in values.yaml, e.g. autoscaling.enabled=true (repeatable).")]
+DeployValues = Annotated[Optional[Path], typer.Option("--values", "-f", help="A YAML file of chart values, laid over "
+                                                      "the defaults (then the options above).")]
+DeployForce = Annotated[bool, typer.Option("--force", help="Write over tbgen's files in a directory that holds "
+                                           "some already.")]
+
+
+def _chart_options(image, replicas, model_control_mode, server_arg, set_, values):
+    return _load("commands.deploy").ChartOptions(image=image, values_file=values, settings=set_ or [],
+                                                 replicas=replicas, model_control_mode=model_control_mode,
+                                                 server_args=server_arg or [])
+
+
+def _print_rendered(what: str, written, project: Project) -> None:
+    values = _load("commands.deploy.values")
+    console.print(f"[green]Wrote[/green] {what} {escape(str(written.directory))} ({len(written.files)} files)",
+                  highlight=False)
+    load = _load("commands.load_time").read_load_time(project)
+    console.print(escape(values.startup_probe(load)[1]), highlight=False)
+
+
+@deploy_app.command("helm")
+def deploy_helm(
+    project: DeployProject = Path("."),
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the chart (default: the project's "
+                                                "deploy/helm/).")] = None,
+    image: DeployImage = None,
+    replicas: DeployReplicas = None,
+    model_control_mode: DeployControlMode = None,
+    server_arg: DeployServerArg = None,
+    set_: DeploySet = None,
+    values: DeployValues = None,
+    force: DeployForce = False,
+) -> None:
+    """Render a Helm chart for the project's image: Deployment (probes, resources, GPU for KIND_GPU models,
+    /dev/shm, non-root), Service, PodDisruptionBudget, optional HorizontalPodAutoscaler and ServiceMonitor."""
+    with _user_errors():
+        loaded = load_project(project)
+        written = _load("commands.deploy").render_helm(
+            loaded, _chart_options(image, replicas, model_control_mode, server_arg, set_, values), out, force=force)
+    _print_rendered("the Helm chart", written, loaded)
+    release = _load("commands.deploy.values").chart_name(loaded)
+    console.print(f"Next: tbgen deploy check {escape(str(written.directory))}; tbgen deploy local; helm install "
+                  f"{escape(release)} {escape(str(written.directory))}", highlight=False)
+
+
+@deploy_app.command("manifests")
+def deploy_manifests(
+    project: DeployProject = Path("."),
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the manifests (default: the "
+                                                "project's deploy/k8s/).")] = None,
+    image: DeployImage = None,
+    replicas: DeployReplicas = None,
+    model_control_mode: DeployControlMode = None,
+    server_arg: DeployServerArg = None,
+    set_: DeploySet = None,
+    values: DeployValues = None,
+    force: DeployForce = False,
+) -> None:
+    """Render plain Kubernetes YAML (the chart's objects, one file each) for users without Helm."""
+    with _user_errors():
+        loaded = load_project(project)
+        written = _load("commands.deploy").render_manifests(
+            loaded, _chart_options(image, replicas, model_control_mode, server_arg, set_, values), out, force=force)
+    _print_rendered("manifests to", written, loaded)
+    console.print(f"Next: tbgen deploy check {escape(str(written.directory))}; kubectl apply -f "
+                  f"{escape(str(written.directory))}", highlight=False)
+
+
+@deploy_app.command("check")
+def deploy_check(
+    directory: Annotated[Optional[Path], typer.Argument(help="A chart or a directory of manifests (default: "
+                                                        "deploy/helm, else deploy/k8s).")] = None,
+    kube_version: Annotated[Optional[list[str]], typer.Option("--kube-version", help="Validate for this Kubernetes "
+                                                              "version (repeatable; default: 1.29 and the newest "
+                                                              "kubernetes-validate bundles).")] = None,
+) -> None:
+    """Validate a rendered chart or manifests offline: helm lint and template, strict Kubernetes schemas for each
+    version, the ServiceMonitor against tbgen's schema, yamllint. Exit 1 on any failure."""
+    with _user_errors():
+        deploy = _load("commands.deploy")
+        if directory is None:
+            directory = deploy.HELM_DIR if deploy.HELM_DIR.is_dir() else deploy.MANIFESTS_DIR
+        report = deploy.check_deployment(directory, kube_version or None)
+    steps: dict[str, list[int]] = {}
+    for finding in report.findings:
+        counts = steps.setdefault(finding.step, [0, 0])
+        counts[0 if finding.passed else 1] += 1
+        if not finding.passed:
+            console.print(f"[red]FAIL[/red] {escape(finding.step)}: {escape(finding.subject)}: "
+                          f"{escape(finding.detail)}", highlight=False)
+        elif finding.skipped:
+            console.print(f"[yellow]note[/yellow] {escape(finding.subject)}: {escape(finding.detail)}",
+                          highlight=False)
+    console.print(escape(f"{report.kind} {report.directory}: {report.objects} objects, Kubernetes "
+                         f"{' and '.join(report.kube_versions)}"), highlight=False)
+    table = Table()
+    for column in ("check", "passed", "failed"):
+        table.add_column(column)
+    for step, (passed, failed) in steps.items():
+        table.add_row(escape(step), str(passed), f"[red]{failed}[/red]" if failed else "0")
+    console.print(table)
+    if not report.passed:
+        console.print(f"[red]{len(report.failures)} failure(s)[/red]")
+        raise typer.Exit(1)
+    console.print(f"[green]OK[/green] {escape(str(report.directory))}", highlight=False)
+
+
+@deploy_app.command("local")
+def deploy_local(
+    project: DeployProject = Path("."),
+    chart: Annotated[Optional[Path], typer.Option("--chart", help="The chart (or manifests) to run (default: the "
+                                                  "project's deploy/helm/, rendered first when missing).")] = None,
+    base_image: Annotated[Optional[str], typer.Option("--base-image", help="BASE_IMAGE when the project is packaged "
+                                                      "first (default: the release's tritonserver image).")] = None,
+    package: Annotated[bool, typer.Option("--package", help="Package the project first even when its image "
+                                          "exists.")] = False,
+    junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")] = None,
+) -> None:
+    """Run the chart's pod spec as a container here (same image, command, args, env, ports, /dev/shm, user),
+    probe it as the kubelet would, and run the smoke suite against it; the container is removed afterwards."""
+    signals = _load("signals")
+    with _user_errors(), signals.stop_on_signals():
+        loaded = load_project(project)
+        run = _load("commands.deploy").deploy_local(
+            loaded, chart, base_image=base_image, repackage=package,
+            progress=lambda line: console.print(line[:100], markup=False, highlight=False))
+    if run.packaged is not None:
+        console.print(escape(f"Packaged {run.packaged.tag} ({run.packaged.image_id[:19]})"), highlight=False)
+    pod = run.pod
+    ready = f"ready {run.ready_after:.1f} s after its start" if run.ready_after is not None else "never ready"
+    console.print(escape(f"Pod spec of {run.chart}: {pod.image} as user {pod.user or 'of the image'}, ports "
+                         f"{', '.join(f'{n} {p}' for n, p in pod.ports.items())}, /dev/shm "
+                         f"{(pod.shm_bytes or 0) / 2**20:.0f} MiB; {ready}"), highlight=False)
+    if run.memory_used is not None:
+        limit = f" of its {pod.memory_limit / 2**20:.0f} MiB limit" if pod.memory_limit else ""
+        console.print(escape(f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests "
+                             "(resources in values.yaml)."), highlight=False)
+    _report_tests(run.report, junit_xml)
 
 
 @app.command()

@@ -8,6 +8,8 @@ can find, and Docker. Each piece that is missing or too old carries the command 
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import re
 import shutil
@@ -20,6 +22,9 @@ import docker
 from docker.errors import DockerException, ImageNotFound
 
 from triton_backend_gen import versions
+from triton_backend_gen.commands.deploy.tools import find_helm, helm_version
+from triton_backend_gen.commands.deploy.values import EXTRA_COMMAND as DEPLOY_EXTRA
+from triton_backend_gen.commands.env import import_findings
 from triton_backend_gen.discovery import SERVER_EXTRA_HINT, SOURCE_EXPLICIT, discover_servers
 from triton_backend_gen.engine import default_image, tbgen_containers
 from triton_backend_gen.errors import TbgenError
@@ -75,6 +80,7 @@ def diagnose(server: Path | None = None, project: Project | None = None,
     return [
         *([check_project(project)] if project is not None else []),
         *(check_release_change(project) if project is not None else []),
+        *(check_model_imports(project) if project is not None else []),
         check_cmake(target),
         check_compiler(),
         check_ninja(),
@@ -85,6 +91,7 @@ def diagnose(server: Path | None = None, project: Project | None = None,
         check_source_cache(target),
         *check_servers(server, target if chosen else None),
         *check_docker(target),
+        *check_deploy_tools(),
     ]
 
 
@@ -114,6 +121,32 @@ def check_release_change(project: Project) -> list[Diagnosis]:
     old, new = versions.resolve(releases[-2]), versions.resolve(releases[-1])
     return [Diagnosis(f"{old.container} -> {new.container}: {change.what}", WARN, f"{change.old} -> {change.new}",
                       change.action) for change in versions.release_changes(old, new)]
+
+
+def check_model_imports(project: Project) -> list[Diagnosis]:
+    """Python models whose model.py imports what their packed environment (or, without one, tbgen's Python,
+    whose stub the local server runs) does not have."""
+    try:
+        findings = import_findings(project, _importable)
+    except TbgenError:
+        return []
+    rows = []
+    for finding in findings:
+        where = f"its environment {finding.env.name}" if finding.env else "tbgen's Python (the local server's stub)"
+        if finding.missing:
+            rows.append(Diagnosis(f"imports of {finding.model}", WARN, f"{', '.join(finding.missing)}: not in {where}",
+                                  f"list them in model_repository/{finding.model}/requirements.txt, then tbgen env "
+                                  "pack (--docker for the image)"))
+        else:
+            rows.append(Diagnosis(f"imports of {finding.model}", OK, f"all found in {where}"))
+    return rows
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def check_cmake(release: versions.Release) -> Diagnosis:
@@ -263,6 +296,22 @@ def check_docker(target: versions.Release) -> list[Diagnosis]:
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
+def check_deploy_tools() -> list[Diagnosis]:
+    """What `tbgen deploy` needs (the deploy extra): helm, kubernetes-validate and yamllint; warnings only."""
+    fix = DEPLOY_EXTRA
+    try:
+        helm = find_helm()
+        rows = [Diagnosis("helm (tbgen deploy)", OK, f"{helm_version(helm)} at {helm}")]
+    except TbgenError as err:
+        rows = [Diagnosis("helm (tbgen deploy)", WARN, err.message, fix)]
+    for dist, use in (("kubernetes-validate", "Kubernetes schemas"), ("yamllint", "YAML lint")):
+        try:
+            rows.append(Diagnosis(f"{dist} (tbgen deploy)", OK, f"{importlib.metadata.version(dist)} ({use})"))
+        except importlib.metadata.PackageNotFoundError:
+            rows.append(Diagnosis(f"{dist} (tbgen deploy)", WARN, "not installed (tbgen deploy check needs it)", fix))
+    return rows
+
+
 def _which(name: str | None) -> str | None:
     return shutil.which(name) if name else None
 

@@ -28,6 +28,7 @@ from triton_backend_gen.commands.build import build_if_needed
 from triton_backend_gen.engine import LABEL, PROJECT_LABEL, connect, default_image, ensure_image
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import Project
+from triton_backend_gen.runtime.execution_envs import check_envs_in_image
 from triton_backend_gen.toolchain.libraries import library_files
 from triton_backend_gen.toolchain.linkage import stage_backend
 from triton_backend_gen.toolchain.sources import cached_sources
@@ -159,6 +160,7 @@ def package_project(project: Project, *, tag: str | None = None, base_image: str
     client = connect()
     if base_image:
         ensure_image(client, base_image)
+    check_envs_in_image(project.model_repository, base_image or default_image(project.release), project.runtime_dir)
     staging: Path | None = None
     carried: dict[str, str] = {}
     if needs_host_build(project):

@@ -6,16 +6,20 @@ nothing about any of them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from triton_backend_gen.commands.build import build_if_needed
+from triton_backend_gen.commands.env import load_failure_hints
+from triton_backend_gen.commands.load_time import record_load_time
 from triton_backend_gen.discovery import gpus_visible
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.model_config import validate_tree
 from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import TritonServer, prepare_server
+from triton_backend_gen.runtime.container import ContainerServer
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import (
@@ -66,6 +70,7 @@ def run_project_tests(
     instance_kind: str | None = None,
     model: str | None = None,
     on_result: Callable[[object], None] = lambda result: None,
+    triton: TritonServer | None = None,
 ) -> TestRunReport:
     """Smoke-test every model of ``project`` (or ``model``) in a real server (started and stopped here); the
     report carries the server's statistics of every model the project lists.
@@ -74,13 +79,17 @@ def run_project_tests(
     log (read after the server stopped) fails the run. With ``docker`` the backend is built and served in a
     container of ``image`` (default: the NGC image of the project's release), with all GPUs when ``gpu``;
     ``packaged`` tests the image of `tbgen package` as it is (nothing built, nothing mounted);
-    ``instance_kind`` ("cpu", "gpu") serves a copy of the models with instances of that kind."""
+    ``instance_kind`` ("cpu", "gpu") serves a copy of the models with instances of that kind. ``triton``: a
+    server that another launcher prepared (`tbgen deploy local`: a chart's pod spec), tested as it is; else the
+    time the server took to load the models is recorded for `tbgen deploy` (commands.load_time)."""
     check_test_options(sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind)
     chosen = project.model(model) if model is not None else None
-    if not packaged:
+    measured = triton is None
+    if not packaged and measured:
         build_if_needed(project, server, sanitize, docker=docker, image=image)
-    triton = prepare_server(project, server=server, docker=docker or packaged, image=image, gpu=gpu,
-                            mount=not packaged, instance_kind=instance_kind)
+    if triton is None:
+        triton = prepare_server(project, server=server, docker=docker or packaged, image=image, gpu=gpu,
+                                mount=not packaged, instance_kind=instance_kind)
     served = triton.options.model_repository  # the project's, or its run copy with another instance kind
     # Planned before the server starts (a broken reference.py fails at once), unless a model leaves its tensors
     # to auto-complete: then only the server knows them, and the plan is made once it has loaded the models.
@@ -88,7 +97,10 @@ def run_project_tests(
     plan = [] if auto_completed else plan_smoke(project, chosen, repository=served)
     fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served) if fuzz and not auto_completed else []
     report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes))
+    started = time.monotonic()
     with stop_on_signals(), triton:
+        if measured:
+            record_load_time(project, time.monotonic() - started, triton.describe())
         _require_ready(project, triton)
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
         completed = served_configs(project, endpoints, repository=served) if auto_completed else None
@@ -149,10 +161,13 @@ def _require_ready(project: Project, triton: TritonServer) -> None:
     not_ready = [m for m in triton.model_states() if m.state != "READY"]
     if not_ready:
         names = ", ".join(f"{m.name} ({m.state or 'not loaded'}: {m.reason})" for m in not_ready)
+        log_lines = triton.relevant_log_lines()
+        log = triton.log_file.read_text(errors="replace") if triton.log_file.is_file() else "\n".join(log_lines)
+        hints = load_failure_hints(log, docker=isinstance(triton, ContainerServer))
         raise ServerError(
             f"Models failed to load: {names}",
-            _config_warnings(project, {m.name for m in not_ready})
-            + "Server log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
+            "".join(f"{hint}\n" for hint in hints) + _config_warnings(project, {m.name for m in not_ready})
+            + "Server log:\n" + "\n".join(log_lines) + f"\nFull log: {triton.log_file}",
         )
 
 

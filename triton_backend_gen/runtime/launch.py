@@ -20,6 +20,7 @@ from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.backend_dir import assemble_backend_dir, project_backend_dir
 from triton_backend_gen.runtime.container import ContainerServer, server_mounts
+from triton_backend_gen.runtime.execution_envs import check_execution_envs
 from triton_backend_gen.runtime.instance_kind import gpu_models, run_repository
 from triton_backend_gen.runtime.local import LocalServer, release_mismatch
 from triton_backend_gen.runtime.server import ServerOptions, TritonServer
@@ -59,6 +60,7 @@ def prepare_server(
     triton = (_container_server(project, options, image, gpu=gpu, mount=mount) if docker
               else _local_server(project, options, work_dir, server, python))
     triton.notes += notes
+    check_execution_envs(triton, repository, work_dir)
     if project is None:
         triton.remove_on_stop += [work_dir / "backends", work_dir / "lib", work_dir / RUN_REPOSITORY]
     return triton

@@ -3,7 +3,10 @@
 - ``stop_on_signals``: within the block SIGTERM/SIGHUP raise :class:`SignalReceived` (a KeyboardInterrupt, as
   Ctrl-C's SIGINT already is), so that ``with server:`` blocks unwind and stop what they started;
 - ``signals_deferred``: a shutdown in progress is not interrupted half-way by a second Ctrl-C; the signals
-  are delivered once it is done.
+  are delivered once it is done;
+- ``signals_recorded``: work that must finish or be undone as a whole (a project moved into place, an update
+  written) only records SIGINT/SIGTERM/SIGHUP, whichever thread the kernel hands them to; the caller undoes
+  what it must, then ``raise_received`` delivers them as exceptions.
 """
 
 from __future__ import annotations
@@ -57,3 +60,30 @@ class signals_deferred:
     def __exit__(self, *exc_info) -> None:
         if self._previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_recorded() -> Iterator[list[int]]:
+    """Within the block SIGINT/SIGTERM/SIGHUP are appended to the yielded list instead of acting; the handlers
+    before are restored afterwards. Only the main thread can install handlers; elsewhere nothing is recorded."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def raise_received(received: list[int]) -> None:
+    """Deliver the first of ``received`` signals as an exception: KeyboardInterrupt for SIGINT, else
+    SignalReceived; nothing when the list is empty."""
+    if received:
+        raise KeyboardInterrupt if received[0] == signal.SIGINT else SignalReceived(received[0])

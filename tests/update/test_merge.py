@@ -2,14 +2,25 @@
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 
 from triton_backend_gen.errors import ScaffoldError
+from triton_backend_gen.scaffold import update
 from triton_backend_gen.scaffold.record import GeneratedFile, Recipe, Record, read_record
-from triton_backend_gen.scaffold.update import (ADDED, CONFLICT, DELETED_BY_YOU, MERGED, NO_LONGER_GENERATED,
-                                                REPLACED, Labels, apply_update, plan_update)
+from triton_backend_gen.scaffold.update import (
+    ADDED,
+    CONFLICT,
+    DELETED_BY_YOU,
+    MERGED,
+    NO_LONGER_GENERATED,
+    REPLACED,
+    Labels,
+    apply_update,
+    plan_update,
+)
 
 LABELS = Labels("yours", "generated", "tbgen update")
 LINES = "".join(f"line {i}\n" for i in range(1, 21))
@@ -81,8 +92,6 @@ def test_a_failure_half_way_puts_everything_back(tmp_path, monkeypatch):
     before = snapshot(tmp_path)
     changes = plan_update(tmp_path, files(a_txt="old\n", z__c_txt="old\n"),
                           files(a_txt="new\n", m__b_txt="b\n", z__c_txt="new\n"), LABELS)
-    from triton_backend_gen.scaffold import update
-
     real = update._write_whole
 
     def disk_full_at_the_last(path, file):
@@ -100,12 +109,11 @@ def test_a_failure_half_way_puts_everything_back(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("after", [0, 1, 2])
 def test_a_signal_while_writing_puts_everything_back_then_arrives(tmp_path, monkeypatch, after):
-    """SIGINT after 0, 1 or 2 files are written: held back until the project is as it was, then delivered."""
+    """SIGINT after 0, 1 or 2 files are written: held back until the project is as it was, then delivered; also
+    when another thread is alive for the kernel to hand the signal to."""
     write(tmp_path, a_txt="old\n", b_txt="old\n")
     before = snapshot(tmp_path)
     changes = plan_update(tmp_path, files(a_txt="old\n", b_txt="old\n"), files(a_txt="new\n", b_txt="new\n"), LABELS)
-    from triton_backend_gen.scaffold import update
-
     real, written = update._write_whole, []
 
     def write_then_signal(path, file):
@@ -115,6 +123,12 @@ def test_a_signal_while_writing_puts_everything_back_then_arrives(tmp_path, monk
         real(path, file)
 
     monkeypatch.setattr(update, "_write_whole", write_then_signal)
-    with pytest.raises(KeyboardInterrupt):
-        apply_update(tmp_path, changes, record_of(tmp_path))
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            apply_update(tmp_path, changes, record_of(tmp_path))
+    finally:
+        stop.set()
     assert snapshot(tmp_path) == before

@@ -3,17 +3,15 @@
 The project is rendered by cookiecutter into a hidden temporary sibling of the target, then moved into place:
 renamed when the target does not exist (or is an empty directory), or, with ``force``, merged file by file into
 it (files the template does not produce are never touched). An error or Ctrl-C before the move leaves nothing
-behind; the move itself runs with SIGINT deferred.
+behind; during the move itself SIGINT/SIGTERM/SIGHUP are only recorded, and delivered once it is done.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.project import PROJECT_FILE
 from triton_backend_gen.scaffold.record import read_record, read_tree
 from triton_backend_gen.scaffold.templates import Template
+from triton_backend_gen.signals import raise_received, signals_recorded
 
 
 def render_project(
@@ -67,7 +66,7 @@ def render_project(
             extend(rendered)
         if force and (target / PROJECT_FILE).is_file():
             _refuse_to_revert_edits(rendered, target)
-        with _sigint_deferred():
+        with signals_recorded() as received:
             if _non_empty_dir(target):
                 _merge_into(rendered, target)
             else:
@@ -75,6 +74,7 @@ def render_project(
                     target.rmdir()  # empty, so nothing of the user's is lost
                 os.rename(rendered, target)
             moved = True
+        raise_received(received)  # Ctrl-C while the project was moved into place: delivered once it is there
     except OSError as err:
         raise _cannot_create(target, err) from err
     finally:
@@ -183,20 +183,3 @@ def _merge_into(rendered: Path, target: Path) -> None:
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, dest)
-
-
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold back Ctrl-C while the rendered project is moved into place, then deliver it."""
-    received: list[int] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    except ValueError:  # not the main thread: signals cannot be handled here anyway
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received:
-            raise KeyboardInterrupt

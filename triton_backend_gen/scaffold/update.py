@@ -13,7 +13,7 @@ and a new rendering (tbgen's), file by file, and applying it all or nothing.
     new in the template              -> added ("added"); where a file of yours is already there, merged
                                         with an empty base
 
-``apply_update`` writes the plan and the new record with SIGINT/SIGTERM/SIGHUP held back; if one arrives, or
+``apply_update`` writes the plan and the new record with SIGINT/SIGTERM/SIGHUP only recorded; if one arrives, or
 anything fails, every file is put back as it was before the signal is delivered.
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, pack
-from triton_backend_gen.signals import signals_deferred
+from triton_backend_gen.signals import raise_received, signals_recorded
 
 REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
 DELETED_BY_YOU, NO_LONGER_GENERATED = "deleted by you", "no longer generated"
@@ -125,7 +124,7 @@ def apply_update(root: Path, changes: list[Change], record: Record) -> None:
     writes.append((Path(root) / RECORD_FILE, GeneratedFile(pack(record))))
     journal: list[tuple[Path, bytes | None, int]] = []
     created: list[Path] = []
-    with signals_deferred():
+    with signals_recorded() as received:
         try:
             for path, file in writes:
                 created += _make_parents(path.parent)
@@ -138,9 +137,9 @@ def apply_update(root: Path, changes: list[Change], record: Record) -> None:
         except BaseException:
             _roll_back(journal, created)
             raise
-        if signal.sigpending() & signals_deferred.SIGNALS:
+        if received:
             _roll_back(journal, created)
-    # A signal held back above is delivered here, to a project as it was before.
+    raise_received(received)  # a signal that came while writing, delivered to a project as it was before
 
 
 def _make_parents(directory: Path) -> list[Path]:

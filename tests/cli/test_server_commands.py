@@ -338,3 +338,28 @@ def test_infer_and_bench_at_a_url_where_no_server_listens(tmp_path):
         assert "Traceback" not in result.stderr
     bad_url = tbgen("bench", str(project), "--url", "nowhere", "--duration", "1s")
     assert bad_url.returncode == 2 and "HOST:PORT" in bad_url.stderr
+
+
+@pytest.mark.parametrize(("stop", "state"), [("SIGKILL", "its process had exited"),
+                                             ("SIGSTOP", "its process was still running (it hung)")],
+                         ids=["crashed", "hung"])
+def test_a_python_stub_that_stops_answering_is_named_with_its_state(tmp_path, stop, state):
+    """A stub that dies or freezes in execute(): Triton answers "not healthy" from then on; the run adds one
+    result naming the model instance, whether its process was alive, and where to look."""
+    from triton_backend_gen.commands.test import run_project_tests
+    from triton_backend_gen.project import load_project
+
+    project = new_project(tmp_path, "python-backend")
+    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    text = model.read_text()
+    execute = "    def execute(self, requests):\n"
+    assert execute in text
+    stopping = f"        import os, signal\n        os.kill(os.getpid(), signal.{stop})\n"
+    model.write_text(text.replace(execute, execute + stopping))
+    report = run_project_tests(load_project(project))
+    assert servers_of(project) == []
+    [stub] = [r for r in report.results if r.name.startswith("python stub")]
+    assert stub.name == "python stub add_sub_0_0" and not stub.passed
+    assert state in stub.detail and str(report.log_file) in stub.detail
+    failed = [r for r in report.results if not r.passed and r is not stub]
+    assert failed and all("is not healthy" in r.detail or r.detail.startswith("not run") for r in failed)

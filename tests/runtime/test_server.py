@@ -167,6 +167,7 @@ def test_busy_port_is_refused_before_launch(server, embedded_install, tmp_path):
 
 def test_relevant_log_lines_of_a_startup_error():
     log = textwrap.dedent("""\
+        $ tritonserver --model-repository=/nowhere --exit-on-error=false
         W1202 17:05:05.695651 8681 pinned_memory_manager.cc:273] "Unable to allocate pinned system memory, pinned memory pool will not be available: CUDA driver version is insufficient for CUDA runtime version"
         I1202 17:05:05.695738 8681 cuda_memory_manager.cc:117] "CUDA memory pool disabled"
         E1202 17:05:05.695919 8681 server.cc:241] "CudaDriverHelper has not been initialized."

@@ -10,6 +10,7 @@ from triton_backend_gen import versions
 from triton_backend_gen.commands.templates_check import (
     FEATURE_KEYS,
     SIGNATURES,
+    _variant_problems,
     build_rendered_project,
     check_rendered_project,
     check_templates,
@@ -112,6 +113,29 @@ def test_a_cpp_variant_without_cached_sources_is_skipped_with_the_reason(rendere
 
 
 # --------------------------------------------------------------------------- builds and smoke tests
+
+
+@pytest.mark.slow
+def test_a_smoke_run_that_loses_a_python_stub_is_said_and_run_once_more(render_template, server_or_skip, tmp_path):
+    """The first server's stub of add_sub dies in execute(); the second run's does not: the variant passes, and the
+    first run's failures are shown as a note (a model that kills it every time fails: the tests in tests/cli)."""
+    project = render_template("python-backend")
+    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    text = model.read_text()
+    execute = "    def execute(self, requests):\n"
+    assert execute in text
+    marker = tmp_path / "killed-once"
+    once = (f"        import os, pathlib, signal\n        if not pathlib.Path({str(marker)!r}).exists():\n"
+            f"            pathlib.Path({str(marker)!r}).touch()\n            os.kill(os.getpid(), signal.SIGKILL)\n")
+    model.write_text(text.replace(execute, execute + once))
+    said = []
+    problems, skip = _variant_problems(project, get_template("python-backend"), build=False, smoke=True,
+                                       instance_kind=None, progress=said.append)
+    assert marker.exists() and (problems, skip) == ([], "")
+    [note] = said
+    assert "a python stub stopped answering; the smoke suite runs once more" in note
+    assert "smoke python stub add_sub_0_0 (-): the python backend's stub process of add_sub_0_0" in note
+    assert "its process had exited" in note
 
 
 @pytest.mark.cpp

@@ -6,6 +6,7 @@ nothing about any of them.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,6 +127,8 @@ def run_project_tests(
             report.results += fuzz_report.as_results()
         if triton.running:
             report.statistics = server_statistics(endpoints, [m.name for m in project.models])
+        alive_stubs = triton.python_stubs() if _unanswering_stubs(report.results) else None
+    report.results += _stub_results(report.results, alive_stubs, triton)
     if triton.sanitizer_runtimes:
         report.results.append(_sanitizer_result(triton))
     return report
@@ -176,6 +179,31 @@ def _config_warnings(project: Project, models: set[str]) -> str:
     findings = validate_tree(project.model_repository, gpus_visible=gpus_visible())
     lines = [str(f) for f in findings if f.path.parent.name in models]
     return "".join(f"{line}\n" for line in lines)
+
+
+STUB_CHECK = "python stub"  # the name of the result that a stub which stopped answering adds (+ its instance)
+_STUB_UNHEALTHY = re.compile(r"Stub process '([^']+)' is not healthy")
+
+
+def _unanswering_stubs(results: list[SmokeResult]) -> list[str]:
+    """The model instances whose python backend stub a failed check found not answering."""
+    return sorted({m.group(1) for r in results if not r.passed for m in [_STUB_UNHEALTHY.search(r.detail)] if m})
+
+
+def _stub_results(results: list[SmokeResult], alive: set[str] | None, triton: TritonServer) -> list[SmokeResult]:
+    """One failed result per model instance whose python backend stub stopped answering: whether its process
+    had exited, and the server log's lines (the stub prints its fatal errors there)."""
+    found = []
+    for instance in _unanswering_stubs(results):
+        state = ("it crashed or hung" if alive is None else "its process had exited (it crashed or was killed)"
+                 if instance not in alive else "its process was still running (it hung)")
+        lines = "\n".join(triton.relevant_log_lines(limit=15)) or "(nothing about it)"
+        found.append(SmokeResult(
+            f"{STUB_CHECK} {instance}", "-", False,
+            f"the python backend's stub process of {instance} stopped answering: {state}. Triton does not restart "
+            "it, so every later request of the model failed. Run the test again: a fault of model.py comes back "
+            f"every time. Server log ({triton.log_file}):\n{lines}", 0.0))
+    return found
 
 
 def _sanitizer_result(triton: TritonServer) -> SmokeResult:

@@ -149,6 +149,20 @@ class LocalServer(TritonServer):
     def describe(self) -> str:
         return self.install.describe()
 
+    def python_stubs(self) -> set[str] | None:
+        if self._process is None:
+            return None
+        instances = set()
+        for pid in group_members(self._process.pid):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # it has just exited
+            # triton_python_backend_stub MODEL_PY SHM_REGION SHM_SIZE SHM_GROWTH PARENT_PID LIB_DIR IPC INSTANCE ...
+            if len(argv) > 8 and argv[0].endswith(b"triton_python_backend_stub"):
+                instances.add(argv[8].decode(errors="replace"))
+        return instances
+
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None

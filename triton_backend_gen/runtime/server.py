@@ -83,7 +83,7 @@ def relevant_log_lines(log: str, limit: int = 40) -> list[str]:
     picked: list[str] = []
     following = False  # the unprefixed lines (tracebacks) after a picked line belong to it
     for line in log.splitlines():
-        if _CPU_NOISE.search(line):
+        if _CPU_NOISE.search(line) or line.startswith("$ "):  # "$ tritonserver ...": the command tbgen ran
             following = False
             continue
         match = _GLOG.match(line)
@@ -207,6 +207,11 @@ class TritonServer(abc.ABC):
                        str(entry.get("state", "")), str(entry.get("reason", "")))
             for entry in index
         ]
+
+    def python_stubs(self) -> set[str] | None:
+        """The model instances (e.g. "add_sub_0_0") whose python backend stub process is alive, or None where
+        this host cannot see the server's processes."""
+        return None
 
     def relevant_log_lines(self, limit: int = 40) -> list[str]:
         """The log lines that explain a failure (see the module function of the same name)."""

@@ -114,3 +114,13 @@ def test_tbgen_test_records_the_load_time_and_the_chart_is_sized_from_it(tmp_pat
     assert f"measured {measured['seconds']:.1f} s to load the models" in " ".join(rendered.stdout.split())
     text = (project / "deploy" / "k8s" / "deployment.yaml").read_text()
     assert "failureThreshold: 12" in text  # max(60, 3 x load + 30) s at 5 s a probe, for a load under 10 s
+
+
+@pytest.mark.slow
+def test_a_load_that_fails_records_no_load_time(tmp_path, server_or_skip):
+    project = new_project(tmp_path, "python-backend", name="broken")
+    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    model.write_text(model.read_text() + "\nraise ImportError('no such thing')\n")
+    tested = run_tbgen("test", str(project))
+    assert tested.returncode == 1 and "no such thing" in tested.stderr, tested.stderr[-3000:]
+    assert not (project / "build" / "tbgen" / LOAD_TIME_FILE).exists()

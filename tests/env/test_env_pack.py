@@ -76,18 +76,33 @@ def test_an_environment_of_another_python_is_refused_before_the_server_starts(pr
     assert not log.exists()  # no server was started
 
 
-@pytest.mark.usefixtures("docker_client")
-def test_packed_in_the_image_it_passes_in_a_container_and_in_the_packaged_image(project, standin_image):
+def with_pyvenv_cfg(tarball: Path, text: str) -> None:
+    """Rewrite ``tarball`` with its pyvenv.cfg replaced by ``text`` (everything else as it was)."""
+    original = tarball.with_suffix(".orig")
+    tarball.rename(original)
+    with tarfile.open(original) as source, tarfile.open(tarball, "w:gz") as target:
+        for member in source:
+            if member.name == "pyvenv.cfg":
+                member.size = len(text.encode())
+                target.addfile(member, io.BytesIO(text.encode()))
+            else:
+                target.addfile(member, source.extractfile(member) if member.isfile() else None)
+    original.unlink()
+
+
+def test_packed_in_the_image_it_passes_in_a_container_and_in_the_packaged_image(project, standin_image,
+                                                                                docker_client):
+    # An environment of the image's Python whose base interpreter is nowhere in the image: refused
     local = run_tbgen("env", "pack", cwd=project)
     assert local.returncode == 0, local.stderr
+    probe = ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+    python = docker_client.containers.run(standin_image, probe, remove=True).decode().strip()
     tarball = project / "model_repository" / "add_sub" / "python-env.tar.gz"
-    with tarfile.open(tarball) as tar:
-        home = next(line for line in tar.extractfile("pyvenv.cfg").read().decode().splitlines()
-                    if line.startswith("home"))
-    if "/usr/bin" not in home:  # this machine's base interpreter is not where the image has one: refused
-        refused = run_tbgen("test", "--docker", "--image", standin_image, cwd=project)
-        assert refused.returncode == 1 and "does not exist on image" in refused.stderr
-        assert f"tbgen env pack --docker --image {standin_image}" in refused.stderr
+    with_pyvenv_cfg(tarball, f"home = /opt/tbgen-no-python/bin\nversion = {python}.1\n")
+    refused = run_tbgen("test", "--docker", "--image", standin_image, cwd=project)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"base interpreter /opt/tbgen-no-python/bin/python{python} does not exist on image" in refused.stderr
+    assert f"tbgen env pack --docker --image {standin_image}" in refused.stderr
 
     packed = run_tbgen("env", "pack", "--docker", "--image", standin_image, cwd=project)
     assert packed.returncode == 0, packed.stdout + packed.stderr

@@ -2,7 +2,8 @@
 
 `tbgen test` records it (:func:`record_load_time`) in ``<project>/build/tbgen/load_time.json``; `tbgen deploy`
 sizes the chart's startup probe from it (:func:`read_load_time`). The time runs from the server's start to
-the moment it was live with every model loaded (or failed): what a startup probe has to wait for.
+the moment it was live with every model loaded: what a startup probe has to wait for. A run whose
+models did not all load records nothing.
 """
 
 from __future__ import annotations

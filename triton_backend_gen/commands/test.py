@@ -100,9 +100,9 @@ def run_project_tests(
     report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes))
     started = time.monotonic()
     with stop_on_signals(), triton:
-        if measured:
-            record_load_time(project, time.monotonic() - started, triton.describe())
         _require_ready(project, triton)
+        if measured:  # only a load that succeeded sizes the chart's probes
+            record_load_time(project, time.monotonic() - started, triton.describe())
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
         completed = served_configs(project, endpoints, repository=served) if auto_completed else None
         if auto_completed:

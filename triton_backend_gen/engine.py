@@ -158,6 +158,27 @@ class Mount:
         return str(self.source), {"bind": str(self.target), "mode": "ro" if self.read_only else "rw"}
 
 
+def script_spec(image: str, script: str, mounts: Iterable[Mount], role: str, labelled: Path, *,
+                working_dir: Path | None = None, environment: dict[str, str] | None = None,
+                user: str | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``client.containers.create`` for a container that runs ``script`` with sh: host
+    networking, the invoking user (or ``user``) with HOME=/tmp and ``environment``, labels naming ``role`` and
+    ``labelled`` (the project)."""
+    spec: dict[str, Any] = {
+        "image": image,
+        "command": ["sh", "-c", script],
+        "volumes": dict(mount.volume() for mount in mounts),
+        "network_mode": "host",
+        "user": user or invoking_user(),
+        "environment": {"HOME": CONTAINER_HOME, **(environment or {})},
+        "labels": labels(role, labelled),
+        "detach": True,
+    }
+    if working_dir is not None:
+        spec["working_dir"] = str(working_dir)
+    return spec
+
+
 class LogPump:
     """Copies a container's output into a file (and to ``on_line``, line by line) until the container ends."""
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 
 from triton_backend_gen.engine import (
     CONTAINER_HOME,
@@ -87,7 +87,8 @@ def server_spec(image: str, command: list[str], mounts: list[Mount], project_pat
 
 class ContainerServer(TritonServer):
     """tritonserver in a container; the same interface as a local TritonServer (context manager, URLs,
-    model states, log lines)."""
+    model states, log lines). A launcher of another container overrides ``_container_spec`` (what to create),
+    ``_wait_started`` (when it serves) and ``_refused``; starting, logging and removing stay here."""
 
     def __init__(self, image: str, options: ServerOptions, mounts: list[Mount], labelled: Path, *,
                  gpu: bool = False) -> None:
@@ -113,27 +114,44 @@ class ContainerServer(TritonServer):
         if self._container is not None:
             raise ServerError("This server was already started; create a new one to start another.")
         self._client = connect()
+        remove_containers(orphans(tbgen_containers(self._client)))
+        spec = self._container_spec()
+        log_file = Path(self.options.log_file)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._log = log_file.open("wb")
+        entry = shlex.join([*spec.get("entrypoint", ()), *spec["command"]])
+        self._log.write(f"$ docker run {self.image} {entry}\n".encode())
+        self._log.flush()
+        try:
+            try:
+                self._container = self._client.containers.create(**spec)
+                self._container.start()
+            except APIError as err:
+                self._refused(err)
+                raise
+            self._pump = LogPump(self._container, self._log)
+            self._wait_started()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _container_spec(self) -> dict[str, Any]:
+        """Keyword arguments of ``client.containers.create`` (``self._client`` is connected); here the server's
+        container (the image checked, GPUs requested, free ports chosen)."""
         ensure_image(self._client, self.image)
         requests = gpu_requests(self._client, self.gpu)
-        remove_containers(orphans(tbgen_containers(self._client)))
         self.ports = self._choose_ports()
         o = self.options
         command = server_command(self.server_id, o.host, self.ports.http, self.ports.grpc, self.ports.metrics,
                                  verbose=o.verbose, extra_args=o.extra_args)
-        spec = server_spec(self.image, command, self.mounts, self.labelled, device_requests=requests)
-        log_file = Path(o.log_file)
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._log = log_file.open("wb")
-        self._log.write(f"$ docker run {self.image} {shlex.join(command)}\n".encode())
-        self._log.flush()
-        try:
-            self._container = self._client.containers.create(**spec)
-            self._container.start()
-            self._pump = LogPump(self._container, self._log)
-            self._wait_until_ready()
-        except BaseException:
-            self.stop()
-            raise
+        return server_spec(self.image, command, self.mounts, self.labelled, device_requests=requests)
+
+    def _wait_started(self) -> None:
+        """Wait until the started container serves (raise when it does not; start() then stops it)."""
+        self._wait_until_ready()
+
+    def _refused(self, err: APIError) -> None:
+        """Raise what Docker refusing to create or start the container means here (else the APIError itself)."""
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         with self._lock, signals_deferred():

@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from triton_backend_gen.engine import (
-    CONTAINER_HOME,
     ROLE_BUILD,
     Mount,
     connect,
     ensure_image,
-    invoking_user,
-    labels,
     orphans,
     remove_containers,
     run_container,
+    script_spec,
     tbgen_containers,
 )
 from triton_backend_gen.errors import BuildError
@@ -71,17 +69,7 @@ def build_spec(image: str, script: str, project: Project, *, sources: Path | Non
     mounts = [Mount(project.root, project.root, read_only=False)]
     if sources is not None:
         mounts.append(Mount(sources.resolve(), sources.resolve()))
-    return {
-        "image": image,
-        "command": ["sh", "-c", script],
-        "volumes": dict(mount.volume() for mount in mounts),
-        "working_dir": str(project.root),
-        "network_mode": "host",
-        "user": user or invoking_user(),
-        "environment": {"HOME": CONTAINER_HOME},
-        "labels": labels(ROLE_BUILD, project.root),
-        "detach": True,
-    }
+    return script_spec(image, script, mounts, ROLE_BUILD, project.root, working_dir=project.root, user=user)
 
 
 def build_in_container(project: Project, image: str, *, gpu: bool, build_type: str, jobs: int | None,

@@ -22,7 +22,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from triton_backend_gen.engine import (
     CONTAINER_HOME,
@@ -30,9 +29,8 @@ from triton_backend_gen.engine import (
     Mount,
     connect,
     ensure_image,
-    invoking_user,
-    labels,
     run_container,
+    script_spec,
 )
 from triton_backend_gen.errors import BuildError, UsageError
 from triton_backend_gen.model_config.execution_env import PackedEnv, read_packed_env
@@ -143,11 +141,7 @@ def pack_in_image(requirements: Path, output: Path, image: str, log_file: Path, 
                   Mount(partial.parent, partial.parent, read_only=False),
                   *(Mount(directory, CONTAINER_TOOLS / name) for name, directory in tools.items()),
                   *(Mount(path, path) for path in paths)]
-        spec: dict[str, Any] = {
-            "image": image, "command": ["sh", "-c", script], "volumes": dict(m.volume() for m in mounts),
-            "network_mode": "host", "user": invoking_user(), "labels": labels(ROLE_BUILD, project_root),
-            "environment": {"HOME": CONTAINER_HOME, **variables}, "detach": True,
-        }
+        spec = script_spec(image, script, mounts, ROLE_BUILD, project_root, environment=variables)
         client = connect()
         ensure_image(client, image)
         status = run_container(client, spec, log_file, on_line)

@@ -18,7 +18,6 @@ would restart it). The container is stopped and removed on every way out (the ru
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import threading
 import time
 import urllib.error
@@ -36,15 +35,7 @@ from triton_backend_gen.commands.deploy.render import HELM_DIR, render_helm
 from triton_backend_gen.commands.deploy.values import DeployError, quantity
 from triton_backend_gen.commands.package import PackageResult, default_tag, package_project
 from triton_backend_gen.commands.test import TestRunReport, run_project_tests
-from triton_backend_gen.engine import (
-    ROLE_SERVER,
-    LogPump,
-    connect,
-    labels,
-    orphans,
-    remove_containers,
-    tbgen_containers,
-)
+from triton_backend_gen.engine import ROLE_SERVER, connect, labels
 from triton_backend_gen.errors import UsageError
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.container import STOP_TIMEOUT_S, ContainerServer
@@ -363,36 +354,24 @@ class PodServer(ContainerServer):
         return f"the chart's pod spec in a container of {self.image}"
 
     def start(self) -> None:
-        if self._container is not None:
-            raise DeployError("This pod was already started.", "")
-        self._client = connect()
-        remove_containers(orphans(tbgen_containers(self._client)))
-        spec = docker_spec(self.pod, labels(ROLE_SERVER, self.labelled))
-        log_file = Path(self.options.log_file)
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._log = log_file.open("wb")
-        entry = shlex.join([*spec.get("entrypoint", ()), *spec["command"]])
-        self._log.write(f"$ docker run {self.image} {entry}\n".encode())
-        self._log.flush()
         try:
-            try:
-                self._container = self._client.containers.create(**spec)
-                self._container.start()
-            except APIError as err:
-                raise DeployError(f"Docker refused the pod's container: {err.explanation or err}",
-                                  "Its settings come from the chart's Deployment.") from err
-            self._pump = LogPump(self._container, self._log)
-            self.monitor = ProbeMonitor(self.pod.probes, alive=lambda: self._exit_status() is None)
-            self.monitor.wait_started()
-            self.monitor.run_in_background()
-            self.started_after = self.monitor.wait_ready()
-        except DeployError as err:
-            self.stop()
-            raise DeployError(err.message, "\n".join([err.hint, *self.relevant_log_lines(), f"Full log: "
-                                                      f"{self.log_file}"]).strip()) from err
-        except BaseException:
-            self.stop()
-            raise
+            super().start()
+        except DeployError as err:  # refused, or a probe failed: the container is gone, its log explains
+            lines = [err.hint, *self.relevant_log_lines(), f"Full log: {self.log_file}"]
+            raise DeployError(err.message, "\n".join(lines).strip()) from err
+
+    def _container_spec(self) -> dict[str, Any]:
+        return docker_spec(self.pod, labels(ROLE_SERVER, self.labelled))
+
+    def _wait_started(self) -> None:
+        self.monitor = ProbeMonitor(self.pod.probes, alive=lambda: self._exit_status() is None)
+        self.monitor.wait_started()
+        self.monitor.run_in_background()
+        self.started_after = self.monitor.wait_ready()
+
+    def _refused(self, err: APIError) -> None:
+        raise DeployError(f"Docker refused the pod's container: {err.explanation or err}",
+                          "Its settings come from the chart's Deployment.") from err
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         with signals_deferred():

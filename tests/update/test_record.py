@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from triton_backend_gen.scaffold import import_config, read_record, render_new_project
-from triton_backend_gen.scaffold.record import RECORD_FILE, read_tree
+from triton_backend_gen.scaffold import import_config, read_record, render_new_project, render_recipe
+from triton_backend_gen.scaffold.record import RECORD_FILE, Recipe, pack, read_tree
 
 
 class Answering:
@@ -22,6 +22,32 @@ def test_the_record_holds_the_rendering_and_only_the_answers_chosen(tmp_path):
     assert record.files == read_tree(project) and "src/p.cc" in record.files
     assert record.recipe.given == {"project_name": "p", "triton_version": "24.10", "dtype": "FP16"}
     assert record.recipe.releases == ("24.10",) and record.recipe.template == "cpp-backend"
+
+
+class RejectedThenDefault(Answering):
+    """A user who types an invalid dims, then presses Enter."""
+
+    def __init__(self):
+        self.rejected = []
+
+    def ask(self, option, default):
+        return "abc" if option.key == "dims" and not self.rejected else default
+
+    def show_error(self, error):
+        self.rejected.append(error.message)
+
+
+def test_a_rejected_answer_is_not_recorded(tmp_path):
+    prompter = RejectedThenDefault()
+    project = render_new_project("cpp-backend", tmp_path / "p", {"triton_version": "24.10"}, prompter=prompter)
+    assert len(prompter.rejected) == 1
+    assert read_record(project).recipe.given == {"project_name": "p", "triton_version": "24.10"}
+
+
+def test_render_recipe_returns_the_record_it_writes(tmp_path):
+    recipe = Recipe("python-backend", "0", {"project_name": "p", "dtype": "INT32"})
+    project, record = render_recipe(recipe, tmp_path / "p", {})
+    assert pack(record) == (project / RECORD_FILE).read_bytes()
 
 
 def test_the_record_is_deterministic(tmp_path):

@@ -94,10 +94,7 @@ def base_record(project: Project) -> tuple[Record, bool]:
 
 def _render(recipe: Recipe, carried: Mapping[str, bytes]) -> Record:
     with tempfile.TemporaryDirectory(prefix="tbgen-update-") as scratch:
-        root = render_recipe(recipe, Path(scratch) / recipe.project_name, carried)
-        record = read_record(root)
-    assert record is not None  # render_recipe records every rendering
-    return record
+        return render_recipe(recipe, Path(scratch) / recipe.project_name, carried)[1]
 
 
 def check_clean(root: Path) -> None:

@@ -17,7 +17,13 @@ from triton_backend_gen.errors import AnswerError, TbgenError
 from triton_backend_gen.model_config.importing import ImportedModel, import_config
 from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import compose, naming
-from triton_backend_gen.scaffold.answers import Prompter, parse_set_options, read_answers_file, resolve_answers
+from triton_backend_gen.scaffold.answers import (
+    Prompter,
+    chosen_answers,
+    parse_set_options,
+    read_answers_file,
+    resolve_answers,
+)
 from triton_backend_gen.scaffold.example_model import ExampleModel
 from triton_backend_gen.scaffold.example_model import write_example_model as _write_with
 from triton_backend_gen.scaffold.record import (
@@ -67,13 +73,14 @@ def render_new_project(
         given = {**imported.answers(template), **given}
         carried = {f"model_repository/{given['model_name']}/{file}": data for file, data in imported.files.items()}
     recipe = Recipe(template, spec.version, {**given, "project_name": name}, carried=tuple(sorted(carried)))
-    return render_recipe(recipe, Path(target), carried, force=force, prompter=prompter)
+    return render_recipe(recipe, Path(target), carried, force=force, prompter=prompter)[0]
 
 
 def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *, force: bool = False,
-                  prompter: Prompter | None = None) -> Path:
+                  prompter: Prompter | None = None) -> tuple[Path, Record]:
     """Render ``recipe`` (a new project's, or a recorded one with other answers) into ``target``, replaying the
-    models it added, and record it there. ``carried``: the contents of ``recipe.carried``."""
+    models it added, and record it there; the project's path and its record. ``carried``: the contents of
+    ``recipe.carried``."""
     spec = get_template(recipe.template)
     given = {k: v for k, v in recipe.given.items() if k != "project_name"}
     composition, given = compose.plan(recipe.template, given)
@@ -85,32 +92,35 @@ def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *,
     if composition is not None:
         compose.check_answers(composition, answers)
     release = answers["triton_version"]
+    asked = recording.answers if recording else {}
+    chosen = {key: asked[key] for key in chosen_answers(spec, answers) if key in asked}  # as the user typed them
     recipe = replace(recipe, template_version=spec.version,
-                     given={**recipe.given, **(recording.chosen if recording else {}), "triton_version": release},
+                     given={**recipe.given, **chosen, "triton_version": release},
                      releases=recipe.releases if recipe.releases[-1:] == (release,) else (*recipe.releases, release))
     grower = compose.Grower(composition, answers, {}, fresh_project=True) if composition is not None else None
+    records: list[Record] = []
 
     def finish(root: Path) -> None:
         if grower is not None:
             grower.grow(root)
         for addition in recipe.additions:
             compose.add_model(load_project(root), addition.name, addition.template, addition.given)
-        record_tree(root, recipe)
+        records.append(record_tree(root, recipe))
 
-    return render_project(spec, answers, Path(target), force=force, extend=finish,
+    path = render_project(spec, answers, Path(target), force=force, extend=finish,
                           files={Path(relative): data for relative, data in carried.items()})
+    return path, records[0]
 
 
 class _RecordingPrompter:
-    """A prompter that remembers the answers the user chose other than the defaults (they join the recipe)."""
+    """A prompter that remembers the user's last answer to each option it asks, as typed (those that are no
+    default, by answers.chosen_answers, join the recipe)."""
 
     def __init__(self, prompter: Prompter) -> None:
-        self.prompter, self.chosen = prompter, {}
+        self.prompter, self.answers = prompter, {}
 
     def ask(self, option: Option, default: Any) -> Any:
-        value = self.prompter.ask(option, default)
-        if str(value) != str(default):
-            self.chosen[option.key] = value
+        self.answers[option.key] = value = self.prompter.ask(option, default)
         return value
 
     def show_error(self, error: AnswerError) -> None:

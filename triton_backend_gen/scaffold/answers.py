@@ -58,7 +58,8 @@ def read_answers_file(path: Path) -> dict[str, Any]:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (OSError, ValueError) as err:
-        raise UsageError(f"Cannot read answers from {path}: {err}", "Pass a tbgen.toml, or a TOML or JSON file.") from err
+        raise UsageError(f"Cannot read answers from {path}: {err}",
+                         "Pass a tbgen.toml, or a TOML or JSON file.") from err
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a table of answers.", 'Example (TOML): dtype = "FP16"')
     models = data.pop("models", None)
@@ -166,9 +167,8 @@ def _positive(key: str) -> Callable[[int], int]:
 def _instance_kind(value: str) -> str:
     kind = value.upper()
     if kind not in INSTANCE_KINDS:
-        raise AnswerError(
-            f"instance_kind must be one of {', '.join(INSTANCE_KINDS)}, got {value!r}.", "Example: --set instance_kind=KIND_CPU"
-        )
+        raise AnswerError(f"instance_kind must be one of {', '.join(INSTANCE_KINDS)}, got {value!r}.",
+                          "Example: --set instance_kind=KIND_CPU")
     return kind
 
 

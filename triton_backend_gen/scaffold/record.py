@@ -180,5 +180,10 @@ def write_file(path: Path, file: GeneratedFile) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(file.data)
     if file.executable:
-        mode = path.stat().st_mode
-        os.chmod(path, mode | ((mode & 0o444) >> 2))
+        make_executable(path)
+
+
+def make_executable(path: Path) -> None:
+    """Give ``path`` x where it can be read."""
+    mode = path.stat().st_mode
+    os.chmod(path, mode | ((mode & 0o444) >> 2))

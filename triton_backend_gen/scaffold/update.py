@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen.errors import ScaffoldError, UsageError
-from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, pack
+from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, make_executable, pack
 from triton_backend_gen.signals import raise_received, signals_recorded
 
 REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
@@ -160,8 +160,7 @@ def _write_whole(path: Path, file: GeneratedFile) -> None:
     if mode is not None:
         os.chmod(temporary, mode)
     if file.executable:
-        current = temporary.stat().st_mode
-        os.chmod(temporary, current | ((current & 0o444) >> 2))
+        make_executable(temporary)
     os.replace(temporary, path)
 
 

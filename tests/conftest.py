@@ -110,6 +110,12 @@ def template_files(project: Path) -> set[str]:
             if path.is_file() and path.relative_to(project).parts[0] != ".tbgen"}
 
 
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (a git repository's .git aside), to compare a tree before/after."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(root).parts}
+
+
 def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedProcess:
     """A real `tbgen` process (wide Rich output so messages are not wrapped)."""
     return subprocess.run(
@@ -214,6 +220,7 @@ def interleaved_sequences(reference, lengths: list[int], send) -> None:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
+    assert not [thread for thread in threads if thread.is_alive()], "a sequence got no answer within 120 s"
     assert not failures, failures
 
 

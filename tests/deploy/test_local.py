@@ -103,7 +103,7 @@ def test_a_gpu_chart_is_refused_where_docker_has_no_nvidia_runtime(tmp_path, doc
 
 
 @pytest.mark.slow
-def test_tbgen_test_records_the_load_time_and_the_chart_is_sized_from_it(tmp_path, server_or_skip, deploy_tools):
+def test_tbgen_test_records_the_load_time_and_the_chart_is_sized_from_it(tmp_path, server_or_skip):
     project = new_project(tmp_path, "python-backend", name="timed")
     tested = run_tbgen("test", str(project))
     assert tested.returncode == 0, tested.stdout[-3000:]

@@ -73,7 +73,7 @@ class Health:
         return Probe(kind, path, self.port, initial_delay, period, timeout, success, failure)
 
 
-def test_the_startup_probe_passes_after_failures_below_its_threshold_once_a_period(deploy_tools):
+def test_the_startup_probe_passes_after_failures_below_its_threshold_once_a_period():
     with Health(not_ready=2) as health:
         monitor = ProbeMonitor({"startup": health.probe("startup", "/ready")}, alive=lambda: True)
         started = monitor.wait_started()

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TEMPLATES
+from conftest import TEMPLATES, template_files
 
 from triton_backend_gen.scaffold import read_record
 
@@ -17,8 +17,7 @@ TEMPLATE_NAMES = sorted(p.name for p in TEMPLATES.iterdir() if (p / "cookiecutte
 
 def tree(root: Path) -> dict[str, bytes]:
     """The project's files; tbgen's generation record (.tbgen/, which plain cookiecutter does not write) aside."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.relative_to(root).parts[0] != ".tbgen"}
+    return {name: (root / name).read_bytes() for name in sorted(template_files(root))}
 
 
 def run_cookiecutter(template: str, out: Path, *extra: str) -> Path:

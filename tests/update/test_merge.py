@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import snapshot
 
 from triton_backend_gen.errors import ScaffoldError
 from triton_backend_gen.scaffold import update
@@ -34,10 +35,6 @@ def write(root: Path, **texts: str) -> None:
     for relative, file in files(**texts).items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(file.data)
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def actions(changes) -> dict[str, str]:
@@ -92,14 +89,14 @@ def test_a_failure_half_way_puts_everything_back(tmp_path, monkeypatch):
     before = snapshot(tmp_path)
     changes = plan_update(tmp_path, files(a_txt="old\n", z__c_txt="old\n"),
                           files(a_txt="new\n", m__b_txt="b\n", z__c_txt="new\n"), LABELS)
-    real = update._write_whole
+    real = update.replace_file
 
     def disk_full_at_the_last(path, file):
         if path.name == "c.txt":
             raise OSError(28, "No space left on device", str(path))
         real(path, file)
 
-    monkeypatch.setattr(update, "_write_whole", disk_full_at_the_last)
+    monkeypatch.setattr(update, "replace_file", disk_full_at_the_last)
     with pytest.raises(ScaffoldError) as err:
         apply_update(tmp_path, changes, record_of(tmp_path))
     assert "No space left" in err.value.message and "as it was" in err.value.message
@@ -114,7 +111,7 @@ def test_a_signal_while_writing_puts_everything_back_then_arrives(tmp_path, monk
     write(tmp_path, a_txt="old\n", b_txt="old\n")
     before = snapshot(tmp_path)
     changes = plan_update(tmp_path, files(a_txt="old\n", b_txt="old\n"), files(a_txt="new\n", b_txt="new\n"), LABELS)
-    real, written = update._write_whole, []
+    real, written = update.replace_file, []
 
     def write_then_signal(path, file):
         if len(written) == after:
@@ -122,7 +119,7 @@ def test_a_signal_while_writing_puts_everything_back_then_arrives(tmp_path, monk
         written.append(path)
         real(path, file)
 
-    monkeypatch.setattr(update, "_write_whole", write_then_signal)
+    monkeypatch.setattr(update, "replace_file", write_then_signal)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()

@@ -9,18 +9,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import commit_all, new_project, replace_once, run_tbgen
+from conftest import commit_all, new_project, replace_once, run_tbgen, snapshot
 
 from triton_backend_gen.commands import update as updating
 from triton_backend_gen.commands.doctor import check_release_change
 from triton_backend_gen.project import load_project
 from triton_backend_gen.scaffold.record import RECORD_FILE, Record, pack, read_record
 from triton_backend_gen.scaffold.update import DELETED_BY_YOU, NO_LONGER_GENERATED
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.relative_to(root).parts}
 
 
 def release_of(project: Path) -> str:

@@ -70,7 +70,7 @@ def test_an_edited_project_moves_from_24_10_to_26_02_and_passes_tbgen_test(tmp_p
         cmake = (project / "CMakeLists.txt").read_text()
         assert cmake.count('_REPO_TAG "r26.02"') == 3 and '"r24.10"' not in cmake
         assert f"cmake_minimum_required(VERSION {new.min_cmake})" in cmake
-    leftovers = [p for p in project.rglob("*") if p.suffix in (".rej", ".orig", ".tbgen-update", ".new")]
+    leftovers = [p for p in project.rglob("*") if p.suffix in (".rej", ".orig", ".tbgen-new")]
     assert leftovers == []
 
     if cpp:

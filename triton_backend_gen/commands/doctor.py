@@ -159,7 +159,7 @@ def check_cmake(release: versions.Release) -> Diagnosis:
     if found is None:
         return Diagnosis("cmake", FAIL, f"{cmake}: unreadable version", fix, required=True)
     text = ".".join(map(str, found))
-    if found < _version_tuple(release.min_cmake):
+    if found < versions.version_tuple(release.min_cmake):
         return Diagnosis("cmake", FAIL, f"{text} at {cmake}; {release.branch} needs >= {release.min_cmake}", fix,
                          required=True)
     return Diagnosis("cmake", OK, f"{text} at {cmake} (>= {release.min_cmake} for {release.branch})", required=True)
@@ -330,9 +330,3 @@ def _version_in(text: str) -> tuple[int, ...] | None:
     match = _VERSION.search(text)
     return tuple(int(part) for part in match.groups() if part is not None) if match else None
 
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    found = _version_in(text)
-    if found is None:
-        raise ValueError(f"not a version: {text}")
-    return found

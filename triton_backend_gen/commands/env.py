@@ -9,7 +9,6 @@ with ``docker`` inside the image (default: the release's), whose python3 is then
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from triton_backend_gen.model_config.execution_env import (
     with_env_parameter,
 )
 from triton_backend_gen.project import ModelEntry, Project
+from triton_backend_gen.scaffold.record import GeneratedFile, replace_file
 from triton_backend_gen.toolchain.pyenv import pack_in_image, pack_locally
 
 
@@ -81,9 +81,7 @@ def _point_config_at(config_file: Path) -> bool:
     updated = with_env_parameter(text, f"{MODEL_DIRECTORY}/{ENV_FILE}")
     if updated == text:
         return False
-    temporary = config_file.with_name(f".{config_file.name}.tbgen-new")
-    temporary.write_text(updated)
-    os.replace(temporary, config_file)
+    replace_file(config_file, GeneratedFile(updated.encode()))
     return True
 
 
@@ -126,7 +124,7 @@ def import_findings(project: Project, available_here: Callable[[str], bool]) -> 
         if tarball is not None and tarball.is_file():
             missing = unsatisfied_imports(imports, read_packed_env(tarball).modules, local)
         else:
+            tarball = None  # named but not packed yet: checked against the server's Python, as without one
             missing = [m for m in unsatisfied_imports(imports, set(), local) if not available_here(m)]
-        findings.append(ImportFinding(entry.name, missing, tarball if tarball is not None and tarball.is_file()
-                                      else None))
+        findings.append(ImportFinding(entry.name, missing, tarball))
     return findings

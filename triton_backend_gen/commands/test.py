@@ -20,8 +20,8 @@ from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.model_config import validate_tree
 from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import TritonServer, prepare_server
-from triton_backend_gen.runtime.container import ContainerServer
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
+from triton_backend_gen.runtime.server import relevant_log_lines
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import (
     Endpoints,
@@ -127,8 +127,9 @@ def run_project_tests(
             report.results += fuzz_report.as_results()
         if triton.running:
             report.statistics = server_statistics(endpoints, [m.name for m in project.models])
-        alive_stubs = triton.python_stubs() if _unanswering_stubs(report.results) else None
-    report.results += _stub_results(report.results, alive_stubs, triton)
+        unanswering = _unanswering_stubs(report.results)
+        alive_stubs = triton.python_stubs() if unanswering else None
+    report.results += _stub_results(unanswering, alive_stubs, triton)
     if triton.sanitizer_runtimes:
         report.results.append(_sanitizer_result(triton))
     return report
@@ -164,9 +165,9 @@ def _require_ready(project: Project, triton: TritonServer) -> None:
     not_ready = [m for m in triton.model_states() if m.state != "READY"]
     if not_ready:
         names = ", ".join(f"{m.name} ({m.state or 'not loaded'}: {m.reason})" for m in not_ready)
-        log_lines = triton.relevant_log_lines()
-        log = triton.log_file.read_text(errors="replace") if triton.log_file.is_file() else "\n".join(log_lines)
-        hints = load_failure_hints(log, docker=isinstance(triton, ContainerServer))
+        log = triton.log_text()
+        log_lines = relevant_log_lines(log)
+        hints = load_failure_hints(log, docker=triton.in_container)
         raise ServerError(
             f"Models failed to load: {names}",
             "".join(f"{hint}\n" for hint in hints) + _config_warnings(project, {m.name for m in not_ready})
@@ -190,19 +191,20 @@ def _unanswering_stubs(results: list[SmokeResult]) -> list[str]:
     return sorted({m.group(1) for r in results if not r.passed for m in [_STUB_UNHEALTHY.search(r.detail)] if m})
 
 
-def _stub_results(results: list[SmokeResult], alive: set[str] | None, triton: TritonServer) -> list[SmokeResult]:
+def _stub_results(instances: list[str], alive: set[str] | None, triton: TritonServer) -> list[SmokeResult]:
     """One failed result per model instance whose python backend stub stopped answering: whether its process
-    had exited, and the server log's lines (the stub prints its fatal errors there)."""
+    had exited (``alive``: the instances whose stub runs, None when unknown), and the server log's lines (the
+    stub prints its fatal errors there)."""
     found = []
-    for instance in _unanswering_stubs(results):
+    lines = "\n".join(triton.relevant_log_lines(limit=15)) if instances else ""
+    for instance in instances:
         state = ("it crashed or hung" if alive is None else "its process had exited (it crashed or was killed)"
                  if instance not in alive else "its process was still running (it hung)")
-        lines = "\n".join(triton.relevant_log_lines(limit=15)) or "(nothing about it)"
         found.append(SmokeResult(
             f"{STUB_CHECK} {instance}", "-", False,
             f"the python backend's stub process of {instance} stopped answering: {state}. Triton does not restart "
             "it, so every later request of the model failed. Run the test again: a fault of model.py comes back "
-            f"every time. Server log ({triton.log_file}):\n{lines}", 0.0))
+            f"every time. Server log ({triton.log_file}):\n{lines or '(nothing about it)'}", 0.0))
     return found
 
 

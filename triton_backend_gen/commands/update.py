@@ -65,9 +65,8 @@ def plan_project_update(project: Project, *, triton_version: str | None = None,
                          "release that ships it.")
     release = versions.resolve(triton_version) if triton_version else versions.newest()
     base, reconstructed = base_record(project)
-    carried = {path: base.files[path].data for path in base.recipe.carried if path in base.files}
     recipe = replace(base.recipe, given={**base.recipe.given, **settings, "triton_version": release.container})
-    new = _render(recipe, carried)
+    new = _render(recipe, base.carried)
     labels = Labels("yours", f"generated (r{base.recipe.triton_version}, template {base.recipe.template_version})",
                     f"tbgen update (r{release.container}, template {new.recipe.template_version})")
     return UpdatePlan(project, base, new, plan_update(project.root, base.files, new.files, labels), reconstructed)
@@ -156,8 +155,7 @@ def drift(project: Project) -> Drift:
             deleted.append(path)
         elif current.read_bytes() != file.data:
             edited.append(path)
-    carried = {path: base.files[path].data for path in base.recipe.carried if path in base.files}
-    again = _render(base.recipe, carried)
+    again = base if reconstructed else _render(base.recipe, base.carried)  # a reconstructed base is today's
     changed = sorted(p for p in set(base.files) | set(again.files)
                      if base.files.get(p) != again.files.get(p))
     shipped = get_template(project.template).version

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from docker.errors import APIError, NotFound
+from docker.errors import NotFound
 
 from triton_backend_gen.engine import (
     CONTAINER_HOME,
@@ -87,8 +87,10 @@ def server_spec(image: str, command: list[str], mounts: list[Mount], project_pat
 
 class ContainerServer(TritonServer):
     """tritonserver in a container; the same interface as a local TritonServer (context manager, URLs,
-    model states, log lines). A launcher of another container overrides ``_container_spec`` (what to create),
-    ``_wait_started`` (when it serves) and ``_refused``; starting, logging and removing stay here."""
+    model states, log lines). A launcher of another container overrides ``_container_spec`` (what to create)
+    and ``_wait_started`` (when it serves); starting, logging and removing stay here."""
+
+    in_container = True
 
     def __init__(self, image: str, options: ServerOptions, mounts: list[Mount], labelled: Path, *,
                  gpu: bool = False) -> None:
@@ -123,12 +125,8 @@ class ContainerServer(TritonServer):
         self._log.write(f"$ docker run {self.image} {entry}\n".encode())
         self._log.flush()
         try:
-            try:
-                self._container = self._client.containers.create(**spec)
-                self._container.start()
-            except APIError as err:
-                self._refused(err)
-                raise
+            self._container = self._client.containers.create(**spec)
+            self._container.start()
             self._pump = LogPump(self._container, self._log)
             self._wait_started()
         except BaseException:
@@ -149,9 +147,6 @@ class ContainerServer(TritonServer):
     def _wait_started(self) -> None:
         """Wait until the started container serves (raise when it does not; start() then stops it)."""
         self._wait_until_ready()
-
-    def _refused(self, err: APIError) -> None:
-        """Raise what Docker refusing to create or start the container means here (else the APIError itself)."""
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         with self._lock, signals_deferred():

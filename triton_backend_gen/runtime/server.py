@@ -124,6 +124,8 @@ def port_is_free(host: str, port: int) -> bool:
 class TritonServer(abc.ABC):
     """One tritonserver run: a context manager that starts on enter and stops on exit (see the module)."""
 
+    in_container = False  # the server runs in a container (its paths are the image's, not this machine's)
+
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.warnings: list[str] = []
@@ -213,15 +215,18 @@ class TritonServer(abc.ABC):
         this host cannot see the server's processes."""
         return None
 
-    def relevant_log_lines(self, limit: int = 40) -> list[str]:
-        """The log lines that explain a failure (see the module function of the same name)."""
+    def log_text(self) -> str:
+        """The server's log as written so far ("" before there is one)."""
         if self._log is not None:
             self._log.flush()
         try:
-            text = self.log_file.read_text(errors="replace")
+            return self.log_file.read_text(errors="replace")
         except FileNotFoundError:
-            return []
-        return relevant_log_lines(text, limit)
+            return ""
+
+    def relevant_log_lines(self, limit: int = 40) -> list[str]:
+        """The log lines that explain a failure (see the module function of the same name)."""
+        return relevant_log_lines(self.log_text(), limit)
 
     # --- internals --------------------------------------------------------------------------------------
     def _ports(self) -> Ports:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from triton_backend_gen import frameworks
-from triton_backend_gen.errors import AnswerError, TbgenError
+from triton_backend_gen.errors import AnswerError, TbgenError, UsageError
 from triton_backend_gen.model_config.importing import ImportedModel, import_config
-from triton_backend_gen.project import Project, load_project
+from triton_backend_gen.project import PROJECT_FILE, Project, load_project
 from triton_backend_gen.scaffold import compose, naming
 from triton_backend_gen.scaffold.answers import (
     Prompter,
@@ -28,6 +28,7 @@ from triton_backend_gen.scaffold.example_model import ExampleModel
 from triton_backend_gen.scaffold.example_model import write_example_model as _write_with
 from triton_backend_gen.scaffold.record import (
     Addition,
+    GeneratedFile,
     Recipe,
     Record,
     read_record,
@@ -106,10 +107,34 @@ def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *,
         for addition in recipe.additions:
             compose.add_model(load_project(root), addition.name, addition.template, addition.given)
         records.append(record_tree(root, recipe))
+        if force:
+            _refuse_to_revert_edits(records[0].files, Path(target))
 
     path = render_project(spec, answers, Path(target), force=force, extend=finish,
                           files={Path(relative): data for relative, data in carried.items()})
     return path, records[0]
+
+
+def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path) -> None:
+    """Over an existing tbgen project, --force replaces only the files tbgen generated and the user never edited
+    (by its generation record; every differing file is taken for an edit when it has none)."""
+    if not (target / PROJECT_FILE).is_file():
+        return
+    record = read_record(target)
+    base = record.files if record is not None else {}
+    edited = []
+    for relative, file in rendered.items():
+        current = target / relative
+        if current.is_file() and current.read_bytes() not in (file.data, base.get(relative, file).data):
+            edited.append(relative)
+    if edited:
+        listed = ", ".join(edited[:8]) + (f" and {len(edited) - 8} more" if len(edited) > 8 else "")
+        raise UsageError(
+            f"{target} is a tbgen project, and `tbgen new --force` would replace {len(edited)} file(s) you "
+            f"edited: {listed}.",
+            "To move the project to other answers or a newer release and keep your edits: tbgen update "
+            "(--set key=value, --triton-version V; --dry-run shows the plan). To discard your edits, delete those "
+            "files first.")
 
 
 class _RecordingPrompter:

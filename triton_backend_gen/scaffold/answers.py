@@ -189,11 +189,6 @@ def _cmake_version(value: str) -> str:
     return value
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """"3.31.8" -> (3, 31, 8)."""
-    return tuple(int(part) for part in text.split("."))
-
-
 VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "project_name": naming.check_project_name,
     "backend_name": naming.check_backend_name,
@@ -334,7 +329,7 @@ def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     """Rules that span several answers."""
     if "cmake_minimum" in answers:
         needed = versions.resolve(answers["triton_version"]).min_cmake
-        if version_tuple(answers["cmake_minimum"]) < version_tuple(needed):
+        if versions.version_tuple(answers["cmake_minimum"]) < versions.version_tuple(needed):
             raise AnswerError(f"Triton's r{answers['triton_version']} sources need CMake {needed} or newer; "
                               f"cmake_minimum {answers['cmake_minimum']} is older.",
                               "Leave cmake_minimum out: it follows the release.")

@@ -87,6 +87,11 @@ class Record:
     recipe: Recipe
     files: dict[str, GeneratedFile] = field(default_factory=dict)  # relative POSIX path -> as generated
 
+    @property
+    def carried(self) -> dict[str, bytes]:
+        """The contents of the files no template renders (``recipe.carried``), as recorded."""
+        return {path: self.files[path].data for path in self.recipe.carried if path in self.files}
+
 
 def read_tree(root: Path) -> dict[str, GeneratedFile]:
     """Every file under ``root`` (relative POSIX paths), the record and build/Python leftovers excepted."""
@@ -162,9 +167,7 @@ def write_record_atomically(root: Path, record: Record) -> None:
     """Replace the record of the project at ``root`` in one step (a new file renamed over the old one)."""
     path = Path(root) / RECORD_FILE
     path.parent.mkdir(exist_ok=True)
-    temporary = path.with_name(path.name + ".new")
-    temporary.write_bytes(pack(record))
-    os.replace(temporary, path)
+    replace_file(path, GeneratedFile(pack(record)))
 
 
 def record_tree(root: Path, recipe: Recipe) -> Record:
@@ -181,6 +184,24 @@ def write_file(path: Path, file: GeneratedFile) -> None:
     path.write_bytes(file.data)
     if file.executable:
         make_executable(path)
+
+
+def replace_file(path: Path, file: GeneratedFile) -> None:
+    """Write ``file`` at ``path`` through a sibling renamed over it (never half-written): an existing file keeps
+    its permissions; an executable one gains x where it can be read."""
+    temporary = partial_of(path)
+    mode = path.stat().st_mode if path.exists() else None
+    temporary.write_bytes(file.data)
+    if mode is not None:
+        os.chmod(temporary, mode)
+    if file.executable:
+        make_executable(temporary)
+    os.replace(temporary, path)
+
+
+def partial_of(path: Path) -> Path:
+    """The sibling replace_file writes before renaming it over ``path``."""
+    return path.with_name(f".{path.name}.tbgen-new")
 
 
 def make_executable(path: Path) -> None:

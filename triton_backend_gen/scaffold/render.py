@@ -20,8 +20,6 @@ from cookiecutter.generate import generate_context, generate_files
 from cookiecutter.prompt import prompt_for_config
 
 from triton_backend_gen.errors import ScaffoldError, UsageError
-from triton_backend_gen.project import PROJECT_FILE
-from triton_backend_gen.scaffold.record import read_record, read_tree
 from triton_backend_gen.scaffold.templates import Template
 from triton_backend_gen.signals import raise_received, signals_recorded
 
@@ -64,8 +62,6 @@ def render_project(
             (rendered / relative).write_bytes(data)
         if extend is not None:
             extend(rendered)
-        if force and (target / PROJECT_FILE).is_file():
-            _refuse_to_revert_edits(rendered, target)
         with signals_recorded() as received:
             if _non_empty_dir(target):
                 _merge_into(rendered, target)
@@ -150,26 +146,6 @@ def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], ou
 
 def _non_empty_dir(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
-
-
-def _refuse_to_revert_edits(rendered: Path, target: Path) -> None:
-    """Over an existing tbgen project, --force replaces only the files tbgen generated and the user never edited
-    (by its generation record; every differing file is taken for an edit when it has none)."""
-    record = read_record(target)
-    base = record.files if record is not None else {}
-    edited = []
-    for relative, file in read_tree(rendered).items():
-        current = target / relative
-        if current.is_file() and current.read_bytes() not in (file.data, base.get(relative, file).data):
-            edited.append(relative)
-    if edited:
-        listed = ", ".join(edited[:8]) + (f" and {len(edited) - 8} more" if len(edited) > 8 else "")
-        raise UsageError(
-            f"{target} is a tbgen project, and `tbgen new --force` would replace {len(edited)} file(s) you "
-            f"edited: {listed}.",
-            "To move the project to other answers or a newer release and keep your edits: tbgen update "
-            "(--set key=value, --triton-version V; --dry-run shows the plan). To discard your edits, delete those "
-            "files first.")
 
 
 def _merge_into(rendered: Path, target: Path) -> None:

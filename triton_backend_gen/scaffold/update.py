@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen.errors import ScaffoldError, UsageError
-from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, make_executable, pack
+from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, pack, partial_of, replace_file
 from triton_backend_gen.signals import raise_received, signals_recorded
 
 REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
@@ -129,7 +129,7 @@ def apply_update(root: Path, changes: list[Change], record: Record) -> None:
             for path, file in writes:
                 created += _make_parents(path.parent)
                 journal.append((path, path.read_bytes(), path.stat().st_mode) if path.exists() else (path, None, 0))
-                _write_whole(path, file)
+                replace_file(path, file)
         except OSError as err:
             _roll_back(journal, created)
             raise ScaffoldError(f"Cannot write {err.filename or root}: {err.strerror or err}; the project is as it "
@@ -152,21 +152,9 @@ def _make_parents(directory: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def _write_whole(path: Path, file: GeneratedFile) -> None:
-    """Write ``path`` through a sibling renamed over it: a file is never left half-written."""
-    temporary = path.with_name(f".{path.name}.tbgen-update")
-    mode = path.stat().st_mode if path.exists() else None
-    temporary.write_bytes(file.data)
-    if mode is not None:
-        os.chmod(temporary, mode)
-    if file.executable:
-        make_executable(temporary)
-    os.replace(temporary, path)
-
-
 def _roll_back(journal: list[tuple[Path, bytes | None, int]], created: list[Path]) -> None:
     for path, data, mode in reversed(journal):
-        path.with_name(f".{path.name}.tbgen-update").unlink(missing_ok=True)
+        partial_of(path).unlink(missing_ok=True)
         if data is None:
             path.unlink(missing_ok=True)
         else:

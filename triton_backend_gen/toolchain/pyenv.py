@@ -111,18 +111,18 @@ def pack_locally(requirements: Path, output: Path, log_file: Path) -> PackedEnv:
             status = subprocess.run(["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT, check=False,
                                     env=clean).returncode
         _raise_on_failure(status, log_file, "on this machine")
-        os.chmod(partial, 0o644)  # read by a server that may run as another user
-        os.replace(partial, output)
     return read_packed_env(output)
 
 
 @contextmanager
 def _beside(output: Path) -> Iterator[Path]:
-    """A path in a hidden directory beside ``output`` (same file system: the result is renamed into place, never
-    half-written); the directory is removed afterwards."""
+    """A path in a hidden directory beside ``output`` (same file system), renamed to ``output`` when the block
+    ends without an error (never half-written); the directory is removed afterwards."""
     directory = Path(tempfile.mkdtemp(prefix=".tbgen-env-", dir=output.parent))
     try:
         yield directory / output.name
+        os.chmod(directory / output.name, 0o644)  # read by a server that may run as another user
+        os.replace(directory / output.name, output)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -146,8 +146,6 @@ def pack_in_image(requirements: Path, output: Path, image: str, log_file: Path, 
         ensure_image(client, image)
         status = run_container(client, spec, log_file, on_line)
         _raise_on_failure(status, log_file, f"in {image}")
-        os.chmod(partial, 0o644)  # read by a server that may run as another user
-        os.replace(partial, output)
     return read_packed_env(output)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from triton_backend_gen.commands.deploy.tools import find_helm, run_helm
+from triton_backend_gen.commands.deploy.tools import find_helm, helm_message, run_helm
 from triton_backend_gen.commands.deploy.values import CHART_FILES, ChartValues, DeployError, chart_name
 from triton_backend_gen.errors import UsageError
 from triton_backend_gen.project import Project
@@ -100,7 +100,7 @@ def template_chart(chart_dir: Path, *, release: str, settings: list[str] = (), k
         args += ["--kube-version", kube_version]
     result = run_helm(helm, args, check=False)
     if result.returncode != 0:
-        text = (result.stderr or result.stdout).strip().removeprefix("Error: ")
+        text = helm_message(result)
         if "schema" in text or "execution error" in text:
             raise UsageError(f"The chart refuses its values: {text}", "values.yaml says what each value means.")
         raise DeployError(f"helm template {chart_dir} failed: {text}", f"helm: {helm}")

@@ -23,6 +23,7 @@ from triton_backend_gen.commands.deploy.chart import split_documents, template_c
 from triton_backend_gen.commands.deploy.tools import find_helm, helm_message, lint_yaml, run_helm
 from triton_backend_gen.commands.deploy.values import SCHEMA_FILES, DeployError, require_extra
 from triton_backend_gen.errors import UsageError
+from triton_backend_gen.versions import version_tuple
 
 try:  # the deploy extra
     import jsonschema
@@ -73,8 +74,13 @@ class CheckReport:
 def default_kube_versions() -> list[str]:
     """The versions checked unless told otherwise: the oldest tbgen supports and the newest bundled."""
     require_extra(kubernetes_validate, "kubernetes-validate")
-    newest = ".".join(kubernetes_validate.latest_version().split(".")[:2])
+    newest = _newest_bundled()
     return [OLDEST_CHECKED] if newest == OLDEST_CHECKED else [OLDEST_CHECKED, newest]
+
+
+def _newest_bundled() -> str:
+    """The newest Kubernetes version ("1.37") kubernetes-validate has schemas for."""
+    return ".".join(kubernetes_validate.latest_version().split(".")[:2])
 
 
 def is_builtin(api_version: str) -> bool:
@@ -190,9 +196,9 @@ def check_deployment(directory: Path, kube_versions: list[str] | None = None) ->
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory.", "Pass the chart's or the manifests' directory.")
     versions = sorted({parse_kube_version(v) for v in kube_versions or default_kube_versions()},
-                      key=lambda v: tuple(map(int, v.split("."))))
-    newest = ".".join(kubernetes_validate.latest_version().split(".")[:2])
-    too_new = [v for v in versions if tuple(map(int, v.split("."))) > tuple(map(int, newest.split(".")))]
+                      key=version_tuple)
+    newest = _newest_bundled()
+    too_new = [v for v in versions if version_tuple(v) > version_tuple(newest)]
     if too_new:
         raise UsageError(f"kubernetes-validate {kubernetes_validate.__version__} has schemas up to {newest}, not "
                          f"{', '.join(too_new)}.", "pip install -U kubernetes-validate, or ask for an older version.")

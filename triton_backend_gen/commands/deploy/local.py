@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 from docker.errors import APIError, ImageNotFound
+from docker.types import DeviceRequest
 
 from triton_backend_gen.commands.deploy.chart import split_documents, template_chart
 from triton_backend_gen.commands.deploy.render import HELM_DIR, render_helm
@@ -174,7 +175,9 @@ def docker_spec(pod: PodContainer, container_labels: dict[str, str], host: str =
         spec["entrypoint"] = list(pod.command)
     optional = {"shm_size": pod.shm_bytes, "user": pod.user, "mem_limit": pod.memory_limit, "nano_cpus": pod.nano_cpus,
                 "cap_drop": ["ALL"] if pod.drop_all else None,
-                "security_opt": ["no-new-privileges"] if pod.no_new_privileges else None}
+                "security_opt": ["no-new-privileges"] if pod.no_new_privileges else None,
+                # the chart's nvidia.com/gpu limit: that many GPUs, as the device plugin would give the pod
+                "device_requests": [DeviceRequest(count=pod.gpus, capabilities=[["gpu"]])] if pod.gpus else None}
     spec.update({key: value for key, value in optional.items() if value is not None})
     return spec
 
@@ -237,14 +240,17 @@ class ProbeMonitor:
         self.started_at = time.monotonic()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        self.ever_ready = False
 
     def _try(self, kind: str) -> None:
         record = self.records[kind]
         ok, what = self.attempt(self.host, record.probe)
         record.observe(ok, what, time.monotonic())
-        if kind == "readiness" and record.ready_at is not None:
-            self.ever_ready = True
+
+    @property
+    def ever_ready(self) -> bool:
+        """Whether the readiness probe has passed at least once (it may have gone unready since)."""
+        record = self.records.get("readiness")
+        return record is not None and (record.ready_at is not None or record.unready > 0)
 
     def wait_started(self) -> float:
         """Run the startup probe until it passes (seconds from the container's start); DeployError when it trips
@@ -356,9 +362,15 @@ class PodServer(ContainerServer):
     def start(self) -> None:
         try:
             super().start()
-        except DeployError as err:  # refused, or a probe failed: the container is gone, its log explains
-            lines = [err.hint, *self.relevant_log_lines(), f"Full log: {self.log_file}"]
-            raise DeployError(err.message, "\n".join(lines).strip()) from err
+        except APIError as err:  # the container is gone (start() removed it)
+            raise self._explained(f"Docker refused the pod's container: {err.explanation or err}",
+                                  "Its settings come from the chart's Deployment.") from err
+        except DeployError as err:  # a probe failed
+            raise self._explained(err.message, err.hint) from err
+
+    def _explained(self, message: str, hint: str) -> DeployError:
+        """``message`` with ``hint``, the log lines that explain it and where the whole log is."""
+        return DeployError(message, "\n".join([hint, *self.relevant_log_lines(), f"Full log: {self.log_file}"]).strip())
 
     def _container_spec(self) -> dict[str, Any]:
         return docker_spec(self.pod, labels(ROLE_SERVER, self.labelled))
@@ -368,10 +380,6 @@ class PodServer(ContainerServer):
         self.monitor.wait_started()
         self.monitor.run_in_background()
         self.started_after = self.monitor.wait_ready()
-
-    def _refused(self, err: APIError) -> None:
-        raise DeployError(f"Docker refused the pod's container: {err.explanation or err}",
-                          "Its settings come from the chart's Deployment.") from err
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         with signals_deferred():
@@ -399,38 +407,33 @@ class LocalRun:
     report: TestRunReport
     pod: PodContainer
     chart: Path
-    notes: list[str]
     packaged: PackageResult | None
     memory_used: int | None
     ready_after: float | None
 
 
-def chart_ports(rendered: str) -> dict[str, int]:
-    return pod_container(deployment_of(rendered)).ports
-
-
-def render_for_local(chart: Path) -> tuple[str, list[str]]:
-    """The chart's rendered YAML (a chart: helm template; manifests: the files), with free ports on 127.0.0.1 when
-    the chart's are taken (a chart only), and notes saying what changed."""
+def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
+    """The pod of the chart's rendered Deployment (a chart: helm template; manifests: the files), with free ports
+    on 127.0.0.1 when the chart's are taken (a chart only), and notes saying what changed."""
     if not (chart / "Chart.yaml").is_file():
-        rendered = "\n---\n".join(path.read_text() for path in sorted(chart.glob("*.yaml")))
-        busy = [f"{name} {port}" for name, port in chart_ports(rendered).items() if not port_is_free(LOOPBACK, port)]
+        pod = pod_container(deployment_of("\n---\n".join(path.read_text() for path in sorted(chart.glob("*.yaml")))))
+        busy = [f"{name} {port}" for name, port in pod.ports.items() if not port_is_free(LOOPBACK, port)]
         if busy:
             raise DeployError(f"Ports of the manifests are taken on {LOOPBACK}: {', '.join(busy)}.",
                               "Free them, or run the chart (tbgen deploy helm), whose ports tbgen can move.")
-        return rendered, []
-    rendered = template_chart(chart, release=RELEASE)
-    ports = chart_ports(rendered)
-    if all(port_is_free(LOOPBACK, ports[name]) for name in PORT_NAMES if name in ports):
-        return rendered, []
+        return pod, []
+    pod = pod_container(deployment_of(template_chart(chart, release=RELEASE)))
+    if all(port_is_free(LOOPBACK, pod.ports[name]) for name in PORT_NAMES if name in pod.ports):
+        return pod, []
     chosen: dict[str, int] = {}
     for name in PORT_NAMES:
         while (port := free_port()) in chosen.values():
             pass
         chosen[name] = port
     rendered = template_chart(chart, release=RELEASE, settings=[f"ports.{k}={v}" for k, v in chosen.items()])
-    return rendered, [f"the chart's ports are taken on {LOOPBACK}: ran with ports.http={chosen['http']}, "
-                      f"ports.grpc={chosen['grpc']}, ports.metrics={chosen['metrics']}"]
+    return pod_container(deployment_of(rendered)), [
+        f"the chart's ports are taken on {LOOPBACK}: ran with ports.http={chosen['http']}, "
+        f"ports.grpc={chosen['grpc']}, ports.metrics={chosen['metrics']}"]
 
 
 def ensure_pod_image(project: Project, image: str, *, repackage: bool, base_image: str | None,
@@ -462,10 +465,11 @@ def fit_to_engine(pod: PodContainer, cpus: int) -> tuple[PodContainer, list[str]
         f"the CPU limit ({pod.nano_cpus / 1e9:g}) is above this engine's {cpus} CPUs: ran with {cpus}"]
 
 
-def check_gpus(pod: PodContainer) -> None:
+def check_gpus(pod: PodContainer, engine: dict[str, Any]) -> None:
+    """DeployError when ``pod`` asks for GPUs and the engine (its ``docker info``) has no NVIDIA runtime."""
     if not pod.gpus:
         return
-    runtimes = connect().info().get("Runtimes") or {}
+    runtimes = engine.get("Runtimes") or {}
     if "nvidia" not in runtimes:
         raise DeployError(
             f"The chart asks each pod for {pod.gpus} nvidia.com/gpu (a model has KIND_GPU instances), and this Docker "
@@ -485,11 +489,12 @@ def deploy_local(project: Project, chart: Path | None = None, *, base_image: str
             raise UsageError(f"{chart} does not exist.", "Render a chart first: tbgen deploy helm --out DIR.")
         render_helm(project, out=chart)
         notes.append(f"rendered the chart into {chart} first (tbgen deploy helm)")
-    rendered, port_notes = render_for_local(chart)
+    pod, port_notes = pod_for_local(chart)
     notes += port_notes
-    pod, cpu_notes = fit_to_engine(pod_container(deployment_of(rendered)), int(connect().info().get("NCPU") or 0))
+    engine = connect().info()
+    pod, cpu_notes = fit_to_engine(pod, int(engine.get("NCPU") or 0))
     notes += cpu_notes
-    check_gpus(pod)
+    check_gpus(pod, engine)
     packaged = ensure_pod_image(project, pod.image, repackage=repackage, base_image=base_image, progress=progress)
     notes.append(f"servers bound to {LOOPBACK} (host networking): {', '.join(ADDRESS_FLAGS)} appended to the args")
     server = PodServer(pod, project, project.runtime_dir / LOG_NAME)
@@ -497,4 +502,4 @@ def deploy_local(project: Project, chart: Path | None = None, *, base_image: str
     report = run_project_tests(project, triton=server)
     report.results += server.probe_results()
     report.notes += notes
-    return LocalRun(report, pod, chart, notes, packaged, server.memory_used, server.started_after)
+    return LocalRun(report, pod, chart, packaged, server.memory_used, server.started_after)

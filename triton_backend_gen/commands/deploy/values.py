@@ -27,13 +27,13 @@ import yaml
 from triton_backend_gen.commands.load_time import LoadTime
 from triton_backend_gen.errors import TbgenError, UsageError
 from triton_backend_gen.project import BackendKind, Project
+from triton_backend_gen.toolchain.pyenv import DEPLOY_EXTRA as EXTRA_COMMAND
 
 try:  # the deploy extra: pip install 'triton-backend-gen[deploy]'
     import jsonschema
 except ImportError:  # pragma: no cover - reported by require_extra
     jsonschema = None
 
-EXTRA_COMMAND = "pip install 'triton-backend-gen[deploy]'"
 EXTRA_HINT = f"Install tbgen's deploy extra: {EXTRA_COMMAND} (scripts/setup does)."
 CHART_FILES = resources.files("triton_backend_gen.commands.deploy") / "chart"
 SCHEMA_FILES = resources.files("triton_backend_gen.commands.deploy") / "schemas"
@@ -49,8 +49,7 @@ STARTUP_UNMEASURED_S = 300
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 SHM_PYTHON, SHM_NATIVE = "1Gi", "256Mi"  # the python backend passes every tensor through /dev/shm
 NGC_USER = 1000  # triton-server in the NGC tritonserver images
-METRICS = ("cpu", "queue_time", "pending_requests")
-DEFAULT_TARGETS = {"cpu": 80, "queue_time": 50000, "pending_requests": 8}
+CPU_TARGET = 80  # the autoscaler's default: average CPU use, percent of the request
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti|E|Ei)?$")
 _FACTORS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "E": 1e18,
             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Ei": 2**60}
@@ -136,7 +135,7 @@ def default_values(project: Project, *, image: str, gpu_models: list[str], load:
         "securityContext": {"runAsUser": NGC_USER, "runAsGroup": NGC_USER, "readOnlyRootFilesystem": True},
         "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
         "autoscaling": {"enabled": False, "minReplicas": 1, "maxReplicas": 4, "metric": "cpu",
-                        "target": DEFAULT_TARGETS["cpu"], "adapterMetricName": ""},
+                        "target": CPU_TARGET, "adapterMetricName": ""},
         "metrics": {"serviceMonitor": {"enabled": False, "interval": "15s", "labels": {}}},
         "nodeSelector": {},
         "tolerations": ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

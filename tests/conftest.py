@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,6 +123,17 @@ def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedPro
         [sys.executable, "-m", "triton_backend_gen", *args], cwd=cwd, capture_output=True, text=True,
         timeout=timeout, check=False, env={**os.environ, "COLUMNS": "250", **(env or {})},
     )
+
+
+def check_results(output: str) -> dict[str, str]:
+    """check name ("infer [http]") -> "pass" or "FAIL", from what `tbgen test` prints off a terminal: a line per
+    check ("pass  infer [http]  0.02 s") with its detail indented beneath."""
+    found = {}
+    for line in output.splitlines():
+        match = re.match(r"^(pass|FAIL)  (.+?)  \d+\.\d\d s$", line)
+        if match:
+            found.setdefault(match.group(2), match.group(1))
+    return found
 
 
 def new_project(tmp_path: Path, template: str, *sets: str, name: str = "proj") -> Path:

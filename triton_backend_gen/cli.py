@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,15 +16,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.prompt import Confirm, Prompt
-from rich.table import Table
 
-from triton_backend_gen import __version__, signature, versions
+from triton_backend_gen import __version__, signature, terminal, versions
 from triton_backend_gen.errors import AnswerError, ServerError, TbgenError, UsageError
 from triton_backend_gen.project import Project, load_project, load_project_or_none
+from triton_backend_gen.terminal import Column, console, err_console, note, on_terminal, records, say, warning
 
 if TYPE_CHECKING:
     from triton_backend_gen.scaffold.templates import Option
@@ -57,10 +55,6 @@ deploy_app = typer.Typer(help="Kubernetes for the project's image: a Helm chart 
                           "offline, and run here as the cluster would run it.", no_args_is_help=True)
 app.add_typer(deploy_app, name="deploy")
 
-# Not on a terminal (CI logs, pipes) Rich would cut tables at 80 columns: print full values there instead.
-_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 4096
-console = Console(width=_WIDTH)
-err_console = Console(stderr=True, width=_WIDTH)
 
 
 def _version_callback(value: bool) -> None:
@@ -91,11 +85,11 @@ class RichPrompter:
         return Prompt.ask(option.help, default=str(default), console=console)
 
     def show_error(self, error: AnswerError) -> None:
-        console.print(f"[red]{escape(error.message)}[/red] {escape(error.hint)}")
+        say(f"{error.message} {error.hint}", style="red")
 
     def _ask_signature(self) -> dict[str, Any]:
         """The model's tensors, one per line; no input at all keeps the template's example."""
-        console.print(f"Tensors as {escape(signature.FLAG_GRAMMAR)}; an empty line ends the list.", highlight=False)
+        say(f"Tensors as {signature.FLAG_GRAMMAR}; an empty line ends the list.")
         tensors: dict[str, list[dict[str, Any]]] = {"inputs": [], "outputs": []}
         for side in ("inputs", "outputs"):
             while True:
@@ -179,21 +173,25 @@ def new(
         prompter = RichPrompter() if interactive else None
         project = scaffold.render_new_project(template, path, given, force=force, prompter=prompter,
                                               imported=imported)
-    console.print(f"[green]Created[/green] {escape(str(project))} from [bold]{escape(template)}[/bold]",
-                  highlight=False)
+    say(f"{project} from {template}", label="Created", style="green")
     if pattern is not None:
         models = load_project(project).models
-        console.print("Models: " + ", ".join(escape(m.name) + (f" ({m.pattern})" if m.pattern else "")
-                                             for m in models), highlight=False)
+        say("Models: " + ", ".join(m.name + (f" ({m.pattern})" if m.pattern else "") for m in models))
     example = _load("scaffold").write_example_model(project)
     if example is not None:
         colour = "green" if example.written or example.path.exists() else "yellow"
-        console.print(f"[{colour}]Example model:[/] {escape(example.message)}", highlight=False)
+        say(example.message, label="Example model:", style=colour)
     if imported is not None:
-        console.print(f"Model {escape(imported.name)}: {escape(imported.signature.describe())}", highlight=False)
-        for note in imported.notes:
-            console.print(f"[yellow]note[/yellow] {escape(note)}", highlight=False)
-    console.print(f"Next: cd {escape(str(path))} and read README.md", highlight=False)
+        _print_imported(imported, load_project(project).models[0])
+    say(f"Next: cd {path} and read README.md; `tbgen test` there proves the project in a real Triton.")
+
+
+def _print_imported(imported, model) -> None:
+    """What --from-config took, left out and changed."""
+    served = _load("model_config").load_model_config(model.config_file)
+    say(f"Model {model.name}: {imported.signature.describe()}")
+    for text in (*imported.changes(model.name, served.backend), *imported.notes):
+        note(text)
 
 
 def _ask_template(interactive: bool) -> str:
@@ -207,14 +205,10 @@ def _ask_template(interactive: bool) -> str:
 def templates_list() -> None:
     """Show the templates, their options and defaults."""
     for spec in _load("scaffold").list_templates():
-        table = Table(title=escape(f"{spec.name} {spec.version}: {spec.description}"), title_justify="left")
-        table.add_column("option")
-        table.add_column("default")
-        table.add_column("choices / type")
-        for option in spec.options:
-            choices = ", ".join(option.choices) if option.choices else option.kind.__name__
-            table.add_row(escape(option.key), escape(str(option.default)), escape(choices))
-        console.print(table)
+        records(f"{spec.name} {spec.version}: {spec.description}",
+                [Column("option"), Column("default"), Column("choices / type", wide=True)],
+                [(option.key, str(option.default),
+                  ", ".join(option.choices) if option.choices else option.kind.__name__) for option in spec.options])
 
 
 @templates_app.command("check")
@@ -234,30 +228,25 @@ def templates_check(
     """Render every template over its option matrix and check the results."""
     with _user_errors():
         releases = [versions.resolve(v).container for v in triton_version or []]
-        report = _load("commands.templates_check").check_templates(template or None, build=build, smoke=smoke, releases=releases,
-                                 progress=lambda line: console.print(line, markup=False, highlight=False))
+        report = _load("commands.templates_check").check_templates(
+            template or None, build=build, smoke=smoke, releases=releases, progress=say)
     for skipped in report.skipped:
-        console.print(f"[yellow]SKIP[/yellow] {escape(skipped)}", highlight=False)
+        say(skipped, label="SKIP", style="yellow")
     for failure in report.failures:
-        console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False)
-    colour = "red" if report.failures else "green"
-    console.print(f"[{colour}]{report.variants} variants, {report.files} files, {len(report.failures)} failures"
-                  f"{f', {len(report.skipped)} not built' if report.skipped else ''}[/]")
+        say(failure, label="FAIL", style="red")
+    say(f"{report.variants} variants, {report.files} files, {len(report.failures)} failures"
+        f"{f', {len(report.skipped)} not built' if report.skipped else ''}", style="red" if report.failures else "green")
     raise typer.Exit(1 if report.failures else 0)
 
 
 @app.command("versions")
 def versions_() -> None:
     """Show the supported Triton releases and what each implies."""
-    table = Table(title="Triton releases (newest is the default)", title_justify="left")
-    for column in ("release", "branch", "server", "python", "CUDA", "backend API", "server API", "CUDA archs", "CMake"):
-        table.add_column(column)
-    for r in versions.RELEASES:
-        table.add_row(
-            r.container, r.branch, r.server_version, r.python, r.cuda,
-            "%d.%d" % r.backend_api, "%d.%d" % r.server_api, ";".join(r.cuda_architectures), f">= {r.min_cmake}",
-        )
-    console.print(table)
+    records("Triton releases (newest is the default)",
+            [Column(c) for c in ("release", "branch", "server", "python", "CUDA", "backend API", "server API",
+                                 "CUDA archs", "CMake")],
+            [(r.container, r.branch, r.server_version, r.python, r.cuda, "%d.%d" % r.backend_api,
+              "%d.%d" % r.server_api, ";".join(r.cuda_architectures), f">= {r.min_cmake}") for r in versions.RELEASES])
 
 
 @app.command()
@@ -265,18 +254,22 @@ def validate(
     path: Annotated[Path, typer.Argument(help="A project, a model repository or one config.pbtxt.")] = Path("."),
 ) -> None:
     """Validate every config.pbtxt under PATH with Triton's ModelConfig schema and semantic checks."""
+    model_config = _load("model_config")
     with _user_errors():
         if not path.exists():
             raise UsageError(f"{path} does not exist.", "Pass a project, a model repository or a config.pbtxt.")
-        findings = _load("model_config").validate_tree(path, gpus_visible=_load("discovery").gpus_visible())
+        configs = model_config.find_configs(path)
+        if not configs:
+            raise UsageError(f"{path} holds no config.pbtxt.", "Pass a project, a model repository or a config.pbtxt.")
+        findings = model_config.validate_tree(path, gpus_visible=_load("discovery").gpus_visible())
     for finding in findings:
-        colour = "red" if finding.severity == "error" else "yellow"
-        console.print(f"[{colour}]{escape(str(finding))}[/]", highlight=False)
+        say(str(finding), style="red" if finding.severity == "error" else "yellow")
     errors = sum(1 for f in findings if f.severity == "error")
+    checked = f"{len(configs)} configuration{'s' if len(configs) != 1 else ''} checked under {path}"
     if errors:
-        console.print(f"[red]{errors} error(s)[/red]")
+        say(f"{errors} error(s); {checked}", style="red")
         raise typer.Exit(1)
-    console.print(f"[green]OK[/green] {escape(str(path))}", highlight=False)
+    say(f"OK: {checked}", style="green")
 
 
 ServerPath = Annotated[
@@ -335,10 +328,10 @@ def serve(
             extra_args=("--model-control-mode=explicit", *(f"--load-model={name}" for name in only)) if only else (),
         )
         with triton:
-            _print_server(triton, target.models if isinstance(target, Project) else ())
-            console.print("Serving; press Ctrl-C to stop.")
+            _print_server(triton, target if isinstance(target, Project) else None, verbose)
+            say("Serving; press Ctrl-C to stop.")
             _wait_while_running(triton, follow_log=verbose)
-    console.print("Server stopped.")
+    say("Server stopped.")
 
 
 def _instance_kind(text: str | None) -> str | None:
@@ -370,37 +363,39 @@ def _wait_while_running(triton, follow_log: bool) -> None:
     )
 
 
-def _print_notes(warnings: list[str], notes: list[str]) -> None:
-    for warning in warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
-    for note in notes:
-        console.print(f"[dim]note:[/dim] {escape(note)}", highlight=False)
+def _print_notes(run, project: Project | None, verbose: bool) -> None:
+    """A run's warnings and notes (a server or a test report): the release note only the first time it is due
+    for the project and pair of releases, unless ``verbose``."""
+    for text in run.warnings:
+        warning(text)
+    for text in run.notes:
+        note(text)
+    said = run.release_note
+    if said is not None and (said.warning or verbose or project is None
+                             or _load("runtime.release_note").first_time(project, said)):
+        (warning if said.warning else note)(said.text)
 
 
-def _print_server(triton, models: tuple = ()) -> None:
-    _print_notes(triton.warnings, triton.notes)
-    console.print(escape(triton.describe()), highlight=False)
-    endpoints = Table(title="Endpoints", title_justify="left")
-    for column in ("protocol", "address"):
-        endpoints.add_column(column)
-    endpoints.add_row("HTTP", triton.http_url)
-    endpoints.add_row("gRPC", triton.grpc_url)
-    endpoints.add_row("metrics", f"http://{triton.metrics_url}/metrics")
-    console.print(endpoints)
-    states = Table(title="Models", title_justify="left")
-    for column in ("model", "version", "state", "reason"):
-        states.add_column(column)
-    for m in triton.model_states():
-        colour = "green" if m.state == "READY" else "red"
-        states.add_row(escape(m.name), escape(m.version), f"[{colour}]{escape(m.state or 'not loaded')}[/]",
-                       escape(m.reason))
-    console.print(states)
-    for model in models:
+def _print_server(triton, project: Project | None, verbose: bool) -> None:
+    _print_notes(triton, project, verbose)
+    say(triton.describe())
+    records("Endpoints", [Column("protocol"), Column("address")],
+            [("HTTP", triton.http_url), ("gRPC", triton.grpc_url), ("metrics", f"http://{triton.metrics_url}/metrics")])
+    states = triton.model_states()
+    records("Models", [Column("model"), Column("version"), Column("state"), Column("reason", wide=True)],
+            [(m.name, m.version, m.state or "not loaded", m.reason) for m in states],
+            styles=["green" if m.state == "READY" else "red" for m in states])
+    for model in project.models if project is not None else ():
         if model.metrics:
-            console.print(f"Custom metrics of {escape(model.name)}: {escape(', '.join(model.metrics))} "
-                          f"(curl -s http://{escape(triton.metrics_url)}/metrics | grep {escape(model.metrics[0])})",
-                          highlight=False)
-    console.print(f"Log: {escape(str(triton.log_file))}", highlight=False)
+            say(f"Custom metrics of {model.name}: {', '.join(model.metrics)} "
+                f"(`curl -s http://{triton.metrics_url}/metrics | grep {model.metrics[0]}`)")
+    say(f"Log: {triton.log_file}")
+
+
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the failed checks and the summary "
+                                           "line.")]
+VerboseNotesOption = Annotated[bool, typer.Option("--verbose", "-v", help="Say every note, also those said on an "
+                                                  "earlier run (the server's release).")]
 
 
 @app.command("test")
@@ -408,56 +403,122 @@ def test_(
     project: Annotated[Path, typer.Argument(help="The project to test.")] = Path("."),
     server: ServerPath = None,
     junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")] = None,
-    fuzz: Annotated[int, typer.Option("--fuzz", help="Also send N randomised malformed requests.")] = 0,
+    fuzz: Annotated[int, typer.Option("--fuzz", min=0, help="Also send N randomised malformed requests.")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fuzzer.")] = 0,
     sanitize: SanitizeOption = None,
     docker: DockerOption = False,
     image: ImageOption = None,
     gpu: GpuRequestOption = False,
     packaged: Annotated[bool, typer.Option("--packaged", help="With --docker --image: test the image as it is "
-                                           "(an image made by tbgen package; nothing built or mounted).")] = False,
+                                           "(an image made by `tbgen package`; nothing built or mounted).")] = False,
     instance_kind: InstanceKindOption = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Test this model only (default: every "
                                                  "model tbgen.toml lists).")] = None,
+    quiet: QuietOption = False,
+    verbose: VerboseNotesOption = False,
 ) -> None:
     """Start a real Triton, load the project's backend and run the smoke suite against it."""
     with _user_errors():
         _check_docker_options(docker, image, gpu)
         if packaged and not (docker and image):
-            raise UsageError("--packaged tests an image made by tbgen package.", "Add --docker --image TAG.")
+            raise UsageError("--packaged tests an image made by `tbgen package`.", "Add --docker --image TAG.")
         sanitizers = _load("toolchain.build").parse_sanitizers(sanitize)
         kind = _instance_kind(instance_kind)
-        report = _load("commands.test").run_project_tests(
-            load_project(project), server=server, fuzz=fuzz, seed=seed, sanitize=sanitizers, docker=docker,
-            image=image, gpu=gpu, packaged=packaged, instance_kind=kind, model=model)
-    _report_tests(report, junit_xml)
+        loaded = load_project(project)
+        with _TestProgress(quiet) as shown:
+            report = _load("commands.test").run_project_tests(
+                loaded, server=server, fuzz=fuzz, seed=seed, sanitize=sanitizers, docker=docker, image=image,
+                gpu=gpu, packaged=packaged, instance_kind=kind, model=model, on_result=shown.result,
+                on_check=shown.check, on_phase=shown.phase)
+    _report_tests(report, junit_xml, quiet=quiet, verbose=verbose, streamed=True)
 
 
-def _report_tests(report, junit_xml: Path | None) -> None:
-    """Print a test run's results (and write them as JUnit XML); exit 1 unless every check passed."""
-    _print_notes(report.warnings, report.notes)
-    table = Table(title=escape(f"{report.project.name}: smoke tests against {report.server}"), title_justify="left")
-    for column in ("check", "protocol", "result", "detail", "seconds"):
-        table.add_column(column)
-    for r in report.results:
-        verdict = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
-        table.add_row(escape(r.name), r.protocol, verdict, escape(r.detail), f"{r.seconds:.2f}")
-    console.print(table)
-    if len(report.statistics) > 1:
-        stats = Table(title="the server's statistics of each model", title_justify="left")
-        for column in ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us"):
-            stats.add_column(column)
-        for s in report.statistics:
-            stats.add_row(escape(s.name), str(s.success), str(s.failed), str(s.inferences), str(s.executions),
-                          f"{s.queue_us:.0f}", f"{s.compute_us:.0f}")
-        console.print(stats)
+class _TestProgress:
+    """What `tbgen test` shows while it runs. On a terminal: a live line with what runs now and for how long
+    (a check that waits on purpose says why). Off a terminal: a line per step and per result, the result's
+    detail wrapped beneath it; with ``quiet`` only the failures."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.live = on_terminal()
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                            console=console, transient=True) if self.live else None
+        self.task = None
+        self.count = 0
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc_info)
+
+    def phase(self, text: str) -> None:
+        self._show(text)
+        if not self.live and not self.quiet:
+            say(f"... {text}")
+
+    def check(self, check) -> None:
+        self._show(f"check {self.count + 1}: {check.name} [{check.protocol}]" + (f": {check.waits}" if check.waits
+                                                                                 else ""))
+        if check.waits and not self.live and not self.quiet:
+            say(f"... {check.name}: {check.waits}")
+
+    def result(self, result) -> None:
+        self.count += 1
+        if not self.live and (not self.quiet or not result.passed):
+            _print_result(result)
+
+    def _show(self, text: str) -> None:
+        if self.bar is not None:  # a task of its own, so that the time shown is this step's
+            if self.task is not None:
+                self.bar.remove_task(self.task)
+            self.task = self.bar.add_task(text, total=None)
+
+
+def _print_result(result) -> None:
+    """One result off a terminal: its line, its whole detail wrapped beneath."""
+    verdict = "pass" if result.passed else "FAIL"
+    protocol = f" [{result.protocol}]" if result.protocol != "-" else ""
+    say(f"{verdict}  {result.name}{protocol}  {result.seconds:.2f} s")
+    for line in terminal.wrap(result.detail, console.width, indent="    ", first_indent="    "):
+        console.print(line, markup=False, soft_wrap=True)
+
+
+def _report_tests(report, junit_xml: Path | None, *, quiet: bool = False, verbose: bool = False,
+                  streamed: bool = False) -> None:
+    """Print a test run's results (unless ``streamed`` off a terminal already) and write them as JUnit XML;
+    exit 1 unless every check passed."""
+    if quiet:
+        for text in report.warnings:
+            warning(text)
+    else:
+        _print_notes(report, report.project, verbose)
+    shown = [r for r in report.results if not quiet or not r.passed]
+    if on_terminal() and shown:
+        records(f"{report.project.name}: smoke tests against {report.server}",
+                [Column("check"), Column("protocol"), Column("result"), Column("detail", wide=True),
+                 Column("seconds", justify="right")],
+                [(r.name, r.protocol, "pass" if r.passed else "FAIL", r.detail, f"{r.seconds:.2f}") for r in shown],
+                styles=["" if r.passed else "red" for r in shown])
+    elif not streamed:
+        for result in shown:
+            _print_result(result)
+    if len(report.statistics) > 1 and not quiet:
+        records("the server's statistics of each model",
+                [Column(c, justify="right" if c != "model" else "left") for c in
+                 ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us")],
+                [(s.name, str(s.success), str(s.failed), str(s.inferences), str(s.executions), f"{s.queue_us:.0f}",
+                  f"{s.compute_us:.0f}") for s in report.statistics])
     if junit_xml:
         _load("smoke").write_junit_xml(report.results, junit_xml, suite=report.project.name)
-        console.print(f"JUnit XML: {escape(str(junit_xml))}", highlight=False)
+        if not quiet:
+            say(f"JUnit XML: {junit_xml}")
     failed = sum(not r.passed for r in report.results)
-    colour = "red" if failed else "green"
-    console.print(f"[{colour}]{len(report.results) - failed} passed, {failed} failed[/]  (server log: "
-                  f"{escape(str(report.log_file))})", highlight=False)
+    say(f"{len(report.results) - failed} passed, {failed} failed  (server log: {report.log_file})",
+        style="red" if failed else "green")
     raise typer.Exit(1 if failed or not report.results else 0)
 
 
@@ -480,19 +541,21 @@ def infer(
                                         "sequence.")] = True,
     end: Annotated[bool, typer.Option("--end/--no-end", help="With --sequence-id: the request ends its "
                                       "sequence.")] = True,
+    verbose: VerboseNotesOption = False,
 ) -> None:
     """Send one request and print the outputs (and the response's parameters)."""
     infer_ = _load("commands.infer")
     with _user_errors():
         sequencing = infer_.Sequencing(
             None if sequence_id is None else int(sequence_id) if sequence_id.isdigit() else sequence_id, start, end)
+        loaded = load_project_or_none(project)
         outputs = infer_.infer_once(
-            model, input_ or [], project=load_project_or_none(project), url=url, server=server,
+            model, input_ or [], project=loaded, url=url, server=server,
             instance_kind=_instance_kind(instance_kind), param_options=param or [], sequencing=sequencing,
-            on_parameters=lambda parameters: console.print(
-                f"[bold]parameters[/bold] {escape(json.dumps(parameters))}", highlight=False))
+            on_parameters=lambda parameters: say(json.dumps(parameters), label="parameters", style="bold"),
+            on_server=lambda triton: _print_notes(triton, loaded, verbose))
     for name, array in outputs.items():
-        console.print(f"[bold]{escape(name)}[/bold] {array.dtype} {list(array.shape)}", highlight=False)
+        say(f"{array.dtype} {list(array.shape)}", label=name, style="bold")
         console.print(escape(str(array)), highlight=False)
 
 
@@ -510,17 +573,14 @@ def doctor(
     FAIL, OK = doctor_.FAIL, doctor_.OK
     with _user_errors():
         diagnoses = doctor_.diagnose(server, _project_here(), triton_version)
-    table = Table(title="What tbgen needs, and how to fix what is missing", title_justify="left")
-    for column in ("check", "status", "found", "fix"):
-        table.add_column(column)
     colours = {OK: "green", FAIL: "red"}
-    for d in diagnoses:
-        colour = colours.get(d.status, "yellow")
-        table.add_row(escape(d.name), f"[{colour}]{d.status}[/]", escape(d.found), escape(d.fix))
-    console.print(table)
+    records("What tbgen needs, and how to fix what is missing",
+            [Column("check"), Column("status"), Column("found", wide=True), Column("fix", wide=True)],
+            [(d.name, d.status, d.found, d.fix) for d in diagnoses],
+            styles=[colours.get(d.status, "yellow") for d in diagnoses])
     failed = [d.name for d in diagnoses if d.failed]
     if failed:
-        console.print(f"[red]Missing what tbgen requires:[/red] {escape(', '.join(failed))}; run the fix shown for each.")
+        say(f"Missing what tbgen requires: {', '.join(failed)}; run the fix shown for each.", style="red")
         raise typer.Exit(1)
 
 
@@ -546,9 +606,10 @@ def deps_fetch(
     """Clone core, common and backend at the release branch (and googletest) into tbgen's cache."""
     with _user_errors():
         release = _release(triton_version)
-        entry = _load("toolchain.sources").fetch_sources(release, organization=organization, force=force, googletest=googletest,
-                              googletest_url=googletest_url, progress=lambda line: console.print(line, markup=False))
-    console.print(f"[green]Cached[/green] {release.branch} in {escape(str(entry))}", highlight=False)
+        entry = _load("toolchain.sources").fetch_sources(release, organization=organization, force=force,
+                                                         googletest=googletest, googletest_url=googletest_url,
+                                                         progress=say)
+    say(f"{release.branch} in {entry}", label="Cached", style="green")
 
 
 @deps_app.command("add")
@@ -561,7 +622,7 @@ def deps_add(
     with _user_errors():
         release = _release(triton_version)
         entry = _load("toolchain.sources").add_sources(from_, release, force=force)
-    console.print(f"[green]Cached[/green] {release.branch} in {escape(str(entry))}", highlight=False)
+    say(f"{release.branch} in {entry}", label="Cached", style="green")
 
 
 def _project_here() -> Project | None:
@@ -585,17 +646,14 @@ def deps_list() -> None:
     GOOGLETEST, REPOSITORIES = sources.GOOGLETEST, sources.REPOSITORIES
     entries = sources.list_sources()
     if not entries:
-        console.print(f"No Triton sources cached in {escape(str(sources.sources_dir()))}. Fill it with `tbgen deps "
-                      "fetch`, or `tbgen deps add --from DIR`.", highlight=False)
+        say(f"No Triton sources cached in {sources.sources_dir()}. Fill it with `tbgen deps fetch` (online), or "
+            "register sources you have (`tbgen deps add --help`).")
         return
-    table = Table(title=escape(f"Triton sources in {sources.sources_dir()}"), title_justify="left")
-    for column in ("release", *REPOSITORIES, GOOGLETEST, "complete"):
-        table.add_column(column)
-    for entry in entries:
-        cells = [entry.repositories.get(name) or "[red]missing[/red]" for name in REPOSITORIES]
-        cells.append(entry.repositories.get(GOOGLETEST) or "[dim]system[/dim]")
-        table.add_row(entry.branch, *cells, "[green]yes[/green]" if entry.complete else "[red]no[/red]")
-    console.print(table)
+    records(f"Triton sources in {sources.sources_dir()}",
+            [Column(c) for c in ("release", *REPOSITORIES, GOOGLETEST, "complete")],
+            [(entry.branch, *(entry.repositories.get(name) or "missing" for name in REPOSITORIES),
+              entry.repositories.get(GOOGLETEST) or "system", "yes" if entry.complete else "no") for entry in entries],
+            styles=["" if entry.complete else "red" for entry in entries])
 
 
 @app.command()
@@ -615,39 +673,65 @@ def build(
                                                  "a model of the python backend).")] = None,
 ) -> None:
     """Configure, build and install the project's backend (or native extension), then check the library."""
-    columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.description}", markup=False))
-    with _user_errors(), Progress(*columns, console=console, transient=True) as bar:
+    with _user_errors(), _BuildProgress() as shown:
         _check_docker_options(docker, image, gpu=False)
         sanitizers = _load("toolchain.build").parse_sanitizers(sanitize)
         loaded = load_project(project)
         if model is not None and loaded.model(model).backend == "python":
-            console.print(f"Nothing to build for {escape(model)}: Triton's python backend serves it.",
-                          highlight=False)
+            say(f"Nothing to build for {model}: Triton's python backend serves it.")
             raise typer.Exit(0)
-        task = bar.add_task("configuring", total=None)
-
-        def progress(done: int, total: int, line: str) -> None:
-            bar.update(task, completed=done, total=total, description=line[:80])
-
         result = _load("commands.build").build(loaded, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean,
-                                               progress=progress, server=server, sanitize=sanitizers, docker=docker,
-                                               image=image)
-    for note in result.notes:
-        console.print(f"[dim]note:[/dim] {escape(note)}", highlight=False)
+                                               progress=shown.step, server=server, sanitize=sanitizers,
+                                               docker=docker, image=image)
+    for text in result.warnings:
+        warning(text)
+    for text in result.notes:
+        note(text)
     if result.artifact is None:
         raise typer.Exit(0)
     verb = "Built" if result.work_done else "Up to date:"
-    console.print(f"[green]{verb}[/green] {escape(str(result.artifact))}  ({result.seconds:.1f}s, log: "
-                  f"{escape(str(result.log_file))})", highlight=False)
+    say(f"{result.artifact}  ({result.seconds:.1f}s, log: {result.log_file})", label=verb, style="green")
     _print_findings(result.findings)
     raise typer.Exit(1 if result.errors else 0)
 
 
+class _BuildProgress:
+    """A build's progress: a bar on a terminal; off it, a line at each quarter of the build tool's steps."""
+
+    def __init__(self) -> None:
+        columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}", markup=False))
+        self.bar = Progress(*columns, console=console, transient=True) if on_terminal() else None
+        self.task = self.bar.add_task("configuring", total=None) if self.bar is not None else None
+        self.said = 0  # quarters said off a terminal
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc_info)
+
+    def step(self, done: int, total: int, line: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total, description=line[:80])
+        elif total and done * 4 // total > self.said:
+            self.said = done * 4 // total
+            say(f"building: {done}/{total} {line[:120]}")
+
+
+def _path_argument(project: Project) -> str:
+    """What a suggested command that takes the project as its argument adds: "" in the project, else its path."""
+    option = project.project_option()
+    return option.replace(" --project", "", 1) if option else ""
+
+
 def _print_findings(findings) -> None:
     for finding in findings:
-        colour = {"error": "red", "warning": "yellow"}.get(finding.severity, "dim")
-        console.print(f"[{colour}]{finding.severity}:[/] {escape(finding.message)}", highlight=False)
+        style = {"error": "red", "warning": "yellow"}.get(finding.severity, "dim")
+        say(finding.message, label=f"{finding.severity}:", style=style)
 
 
 @app.command()
@@ -670,13 +754,12 @@ def check(
         if docker and server is not None:
             raise UsageError("--server names a local server; --docker checks in an image.", "Drop one of them.")
         report = _load("commands.build").check(project, server=server, docker=docker, image=image)
-    console.print(escape(f"{report.library}" + (f" against {report.server}" if report.server else "")),
-                  highlight=False)
+    say(f"{report.library}" + (f" against {report.server}" if report.server else ""))
     _print_findings(report.findings)
     if report.errors:
-        console.print(f"[red]{len(report.errors)} error(s)[/red]")
+        say(f"{len(report.errors)} error(s)", style="red")
         raise typer.Exit(1)
-    console.print("[green]OK[/green]")
+    say("OK", style="green")
 
 
 @app.command()
@@ -705,33 +788,27 @@ def bench(
         report = _load("commands.bench").run_bench(
             load_project(project), model=model, protocol=protocol, concurrency=levels, seconds=seconds,
             batch_size=batch_size, tool=tool, url=url, server=server, instance_kind=_instance_kind(instance_kind),
-            progress=lambda line: console.print(line, markup=False, highlight=False))
-    table = Table(title=escape(f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) "
-                               f"against {report.server}"), title_justify="left")
+            progress=say)
     decoupled = any(level.responses_per_s for level in report.levels)
     columns = ["conc", "infer/s", *(["resp/s"] if decoupled else []), "p50", "p90", "p99", "queue", "compute",
                "client CPU", "server CPU", "errors"]
-    for column in columns:
-        table.add_column(column, justify="right")
-    for level in report.levels:
-        table.add_row(str(level.concurrency), f"{level.throughput:,.1f}",
-                      *([f"{level.responses_per_s:,.1f}"] if decoupled else []),
-                      f"{level.p50_us:,.0f}", f"{level.p90_us:,.0f}", f"{level.p99_us:,.0f}",
-                      f"{level.server_queue_us:,.1f}", f"{level.server_compute_us:,.1f}",
-                      f"{level.client_cpu:.0%}", f"{level.server_cpu:.0%}", str(level.errors))
-    console.print(table)
-    console.print("[dim]Latencies (p50-p99) and the server's queue and compute times per request in microseconds; "
-                  "CPU: share of one core over the level (client and server share this machine's cores).[/dim]")
+    records(f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against {report.server}",
+            [Column(column, justify="right") for column in columns],
+            [(str(level.concurrency), f"{level.throughput:,.1f}",
+              *([f"{level.responses_per_s:,.1f}"] if decoupled else []),
+              f"{level.p50_us:,.0f}", f"{level.p90_us:,.0f}", f"{level.p99_us:,.0f}",
+              f"{level.server_queue_us:,.1f}", f"{level.server_compute_us:,.1f}",
+              f"{level.client_cpu:.0%}", f"{level.server_cpu:.0%}", str(level.errors)) for level in report.levels])
+    say("Latencies (p50-p99) and the server's queue and compute times per request in microseconds; CPU: share of "
+        "one core over the level (client and server share this machine's cores).", style="dim")
     if json_file:
         report.write(json_file)
-        console.print(f"JSON: {escape(str(json_file))}", highlight=False)
+        say(f"JSON: {json_file}")
     if other is not None:
-        ratios = Table(title=escape(f"This run / {compare_with}"), title_justify="left")
-        for column in ("concurrency", "throughput", "p50 latency", "p99 latency"):
-            ratios.add_column(column, justify="right")
-        for ratio in stats.compare(report, other):
-            ratios.add_row(str(ratio.concurrency), f"{ratio.throughput:.2f}x", f"{ratio.p50:.2f}x", f"{ratio.p99:.2f}x")
-        console.print(ratios)
+        records(f"This run / {compare_with}",
+                [Column(c, justify="right") for c in ("concurrency", "throughput", "p50 latency", "p99 latency")],
+                [(str(r.concurrency), f"{r.throughput:.2f}x", f"{r.p50:.2f}x", f"{r.p99:.2f}x")
+                 for r in stats.compare(report, other)])
 
 
 @app.command()
@@ -749,14 +826,13 @@ def package(
         loaded = load_project(project)
         result = _load("commands.package").package_project(
             loaded, tag=image_tag, base_image=base_image,
-            progress=lambda line: console.print(line[:100], markup=False, highlight=False))
+            progress=say)
     if result.prebuilt:
         carried = f", carrying {', '.join(result.carried)}" if result.carried else ""
         source = f"the backend built on this machine{carried}"
     else:
         source = "Triton's sources from tbgen's cache" if result.offline else "the Dockerfile as it is"
-    console.print(escape(f"Built {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}"),
-                  highlight=False)
+    say(f"Built {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}")
     if test:
         with _user_errors():
             report = _load("commands.test").run_project_tests(loaded, image=result.tag, packaged=True)
@@ -786,19 +862,19 @@ def update(
                                             settings=_load("scaffold").parse_set_options(set_ or []),
                                             template_version=template_version)
         if plan.reconstructed:
-            console.print(f"[yellow]note[/yellow] {escape(updating.RECONSTRUCTED_NOTE)}", highlight=False)
+            note(updating.RECONSTRUCTED_NOTE)
         _print_update_plan(plan, dry_run)
         if dry_run:
             return
         updating.update_project(plan)
         _print_release_changes(plan.old_release, plan.new_release)
     if plan.conflicts:
-        console.print(f"[red]{len(plan.conflicts)} file(s) with conflicts[/red] (marked <<<<<<< yours ... >>>>>>> "
-                      "tbgen update): edit each to keep what you want and remove the markers, then check with "
-                      f"`grep -n '^<<<<<<<' {' '.join(escape(c.path) for c in plan.conflicts)}`, tbgen build and "
-                      "tbgen test.", highlight=False)
+        say(f"{len(plan.conflicts)} file(s) with conflicts (between <<<<<<< yours and >>>>>>> markers): edit "
+            "each to keep what you want and remove the markers, then check with "
+            f"`grep -n '^<<<<<<<' {' '.join(c.path for c in plan.conflicts)}`, `tbgen build{_path_argument(loaded)}` "
+            f"and `tbgen test{_path_argument(loaded)}`.", style="red")
         raise typer.Exit(1)
-    console.print("Next: tbgen build, tbgen test", highlight=False)
+    say(f"Next: `tbgen build{_path_argument(loaded)}`, then `tbgen test{_path_argument(loaded)}`")
 
 
 def _print_update_plan(plan: Any, dry_run: bool) -> None:
@@ -806,29 +882,22 @@ def _print_update_plan(plan: Any, dry_run: bool) -> None:
     what = (f"{plan.project.name}: {old.template} {old.template_version} at r{old.triton_version} -> "
             f"{new.template_version} at r{new.triton_version}")
     if not plan.changes:
-        console.print(escape(f"{what}: up to date, nothing to change."), highlight=False)
+        say(f"{what}: up to date, nothing to change.")
         return
-    console.print(escape(f"{'Would update' if dry_run else 'Updated'} {what}:"), highlight=False)
-    table = Table()
-    for column in ("file", "action", "note"):
-        table.add_column(column)
     colours = {"replaced": "green", "merged": "cyan", "added": "green", "conflict": "red"}
-    for change in plan.changes:
-        colour = colours.get(change.action, "yellow")
-        table.add_row(escape(change.path), f"[{colour}]{change.action}[/]", escape(change.note))
-    console.print(table)
+    records(f"{'Would update' if dry_run else 'Updated'} {what}:",
+            [Column("file"), Column("action"), Column("note", wide=True)],
+            [(change.path, change.action, change.note) for change in plan.changes],
+            styles=[colours.get(change.action, "yellow") for change in plan.changes])
 
 
 def _print_release_changes(old: versions.Release, new: versions.Release) -> None:
     changes = versions.release_changes(old, new)
     if not changes:
         return
-    table = Table(title=f"What changed from {old.container} to {new.container} for a backend", title_justify="left")
-    for column in ("", old.container, new.container, "what to do"):
-        table.add_column(column)
-    for change in changes:
-        table.add_row(change.what, change.old, change.new, escape(change.action))
-    console.print(table)
+    records(f"What changed from {old.container} to {new.container} for a backend",
+            [Column(""), Column(old.container), Column(new.container), Column("what to do", wide=True)],
+            [(change.what, change.old, change.new, change.action) for change in changes])
 
 
 def _check_drift(project: Path, other_options: bool) -> None:
@@ -837,27 +906,28 @@ def _check_drift(project: Path, other_options: bool) -> None:
         if other_options:
             raise UsageError("--drift compares the project with what tbgen generates; --server, --docker and --image "
                              "check a built library.", "Run them as two commands.")
-        report = updating.drift(load_project(project))
+        loaded = load_project(project)
+        report = updating.drift(loaded)
     if report.reconstructed:
-        console.print(f"[yellow]note[/yellow] {escape(updating.RECONSTRUCTED_NOTE)}", highlight=False)
+        note(updating.RECONSTRUCTED_NOTE)
     for label, files in (("edited by you", report.edited), ("deleted by you", report.deleted)):
         if files:
-            console.print(f"{label}: " + escape(", ".join(files)), highlight=False)
+            say(f"{label}: " + ", ".join(files))
     if not report.edited and not report.deleted:
-        console.print("Every generated file is as tbgen wrote it.")
+        say("Every generated file is as tbgen wrote it.")
     recorded, shipped = report.template
     if report.template_behind:
-        console.print(escape(f"template: {recorded} generated it; tbgen ships {shipped}, which renders "
-                             f"{len(report.template_changed)} file(s) otherwise: update due"), highlight=False)
+        say(f"template: {recorded} generated it; tbgen ships {shipped}, which renders "
+            f"{len(report.template_changed)} file(s) otherwise: update due")
     else:
-        console.print(escape(f"template: {shipped}, up to date"), highlight=False)
+        say(f"template: {shipped}, up to date")
     if report.release_behind:
-        console.print(escape(f"release: {report.release.container}; the newest tbgen knows is "
-                             f"{report.newest.container}: update due"), highlight=False)
+        say(f"release: {report.release.container}; the newest tbgen knows is {report.newest.container}: update due")
     else:
-        console.print(escape(f"release: {report.release.container}, the newest tbgen knows"), highlight=False)
+        say(f"release: {report.release.container}, the newest tbgen knows")
     if report.update_due:
-        console.print("Next: tbgen update --dry-run, then tbgen update", highlight=False)
+        option = loaded.project_option()
+        say(f"Next: `tbgen update --dry-run{option}`, then `tbgen update{option}`")
         raise typer.Exit(1)
 
 
@@ -866,8 +936,8 @@ def env_pack(
     project: Annotated[Path, typer.Argument(help="The project.")] = Path("."),
     model: Annotated[Optional[str], typer.Option("--model", help="Only this model (default: every python model "
                                                  "with a requirements.txt).")] = None,
-    docker: Annotated[bool, typer.Option("--docker", help="Build it inside the server's image (for tbgen test "
-                                         "--docker and tbgen package), with the image's python3.")] = False,
+    docker: Annotated[bool, typer.Option("--docker", help="Build it inside the server's image (for `tbgen test "
+                                         "--docker` and `tbgen package`), with the image's python3.")] = False,
     image: ImageOption = None,
 ) -> None:
     """Pack model_repository/MODEL/requirements.txt (with numpy) into the environment the python backend runs the
@@ -875,18 +945,17 @@ def env_pack(
     with _user_errors():
         _check_docker_options(docker, image, gpu=False)
         loaded = load_project(project)
-        console.print(f"Packing for {escape(image or 'the release image') if docker else 'this machine'} "
-                      "(pip's output: build/tbgen/env-MODEL.log) ...", highlight=False)
+        say(f"Packing for {image or 'the release image' if docker else 'this machine'} ...")
         packed = _load("commands.env").pack_envs(loaded, model=model, docker=docker, image=image)
     for result in packed:
         env = result.env
         size = env.path.stat().st_size / 1e6
-        console.print(f"[green]Packed[/green] {escape(str(env.path))} ({size:.1f} MB): Python {env.python}, "
-                      f"{len(env.modules)} modules, for {escape(result.target)}", highlight=False)
+        say(f"{env.path} ({size:.1f} MB): Python {env.python}, {len(env.modules)} modules, for {result.target}; "
+            f"pip's output: {result.log_file}", label="Packed", style="green")
         if result.config_written:
-            console.print(f"[yellow]Wrote[/yellow] EXECUTION_ENV_PATH into {escape(result.model)}/config.pbtxt "
-                          "($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)", highlight=False)
-    console.print("Next: tbgen test" + (" --docker" if docker else ""), highlight=False)
+            say(f"EXECUTION_ENV_PATH into {result.model}/config.pbtxt ($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)",
+                label="Wrote", style="yellow")
+    say(f"Next: `tbgen test{' --docker' if docker else ''}{_path_argument(loaded)}`")
 
 
 @add_app.command("model")
@@ -912,8 +981,37 @@ def add_model(
             given["pattern"] = pattern
         written = scaffold.add_model(load_project(project), name, template, given)
     for file in written:
-        console.print(f"[green]Wrote[/green] {escape(str(file))}", highlight=False)
-    console.print(f"tbgen.toml lists the new models; next: tbgen test {escape(str(project))}", highlight=False)
+        say(str(file), label="Wrote", style="green")
+    say(f"tbgen.toml lists the new models; next: `tbgen test{_path_argument(load_project(project))}`")
+
+
+remove_app = typer.Typer(help="Remove what `tbgen add` added to a project.", no_args_is_help=True)
+app.add_typer(remove_app, name="remove")
+
+
+@remove_app.command("model")
+def remove_model(
+    name: Annotated[str, typer.Argument(help="A model `tbgen add model` added.")],
+    project: Annotated[Path, typer.Option("--project", help="The project (default: the one here).")] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Remove the files you edited or put under the model too, "
+                                        "and work in a project without a generation record.")] = False,
+) -> None:
+    """Remove a model `tbgen add model` added: its directory in the model repository, its reference, its tbgen.toml
+    entry, and its part of the generation record, so that `tbgen update` does not bring it back.
+
+    A composed model (`tbgen add model r --pattern bls --set callees=a,b`) goes with the models that command created
+    with it, except one another model still calls. Refused, with nothing changed: a model other models call, the
+    project's last model, and the models `tbgen new` made (the template's: the project's code is generated for
+    them); without --force, files you edited or put under the model (named), and projects without a record.
+    """
+    with _user_errors():
+        removal = _load("scaffold").remove_model(load_project(project), name, force=force)
+    for file in removal.files:
+        say(str(file), label="Removed", style="red")
+    for model, callers in removal.kept.items():
+        say(f"Kept {model}: {', '.join(callers)} call(s) it")
+    lists = "tbgen.toml and the generation record list" if removal.record_updated else "tbgen.toml lists"
+    say(f"{lists} {', '.join(removal.models)} no more")
 
 
 @add_app.command("library")
@@ -936,17 +1034,16 @@ def add_library(
         added = _load("commands.add_library").add_library(
             load_project(project), name, find_package=find_package, components=components or [], target=target,
             pkg_config=pkg_config, path=path)
-    console.print(f"[green]Wrote[/green] {escape(str(added.file))}: {escape(added.spec.describe())}",
-                  highlight=False)
-    console.print("Include its headers in the backend's sources and use it; `tbgen package` carries the shared "
-                  "objects the server's image lacks.", highlight=False)
-    console.print(f"Next: tbgen build {escape(str(project))}", highlight=False)
+    say(f"{added.file}: {added.spec.describe()}", label="Wrote", style="green")
+    say("Include its headers in the backend's sources and use it; `tbgen package` carries the shared objects the "
+        "server's image lacks.")
+    say(f"Next: `tbgen build{_path_argument(load_project(project))}`")
 
 
 DeployProject = Annotated[Path, typer.Option("--project", help="The project (default: the one here).")]
 DeployOut = Annotated[Optional[Path], typer.Option("--out", help="Where to write (default: the project's {}).")]
-DeployImage = Annotated[Optional[str], typer.Option("--image", help="The image the pods run (default: the tag tbgen "
-                                                    "package gives, <project>:latest).")]
+DeployImage = Annotated[Optional[str], typer.Option("--image", help="The image the pods run (default: the tag "
+                                                    "`tbgen package` gives, <project>:latest).")]
 DeployReplicas = Annotated[Optional[int], typer.Option("--replicas", help="Pods while autoscaling is off "
                                                        "(replicaCount).")]
 DeployControlMode = Annotated[Optional[str], typer.Option("--model-control-mode", help="none, explicit or poll "
@@ -970,10 +1067,9 @@ def _chart_options(image, replicas, model_control_mode, server_arg, set_, values
 
 def _print_rendered(what: str, written, project: Project) -> None:
     values = _load("commands.deploy.values")
-    console.print(f"[green]Wrote[/green] {what} {escape(str(written.directory))} ({len(written.files)} files)",
-                  highlight=False)
+    say(f"{what} {written.directory} ({len(written.files)} files)", label="Wrote", style="green")
     load = _load("commands.load_time").read_load_time(project)
-    console.print(escape(values.startup_probe(load)[1]), highlight=False)
+    say(values.startup_probe(load)[1])
 
 
 @deploy_app.command("helm")
@@ -997,8 +1093,9 @@ def deploy_helm(
             loaded, _chart_options(image, replicas, model_control_mode, server_arg, set_, values), out, force=force)
     _print_rendered("the Helm chart", written, loaded)
     release = _load("commands.deploy.values").chart_name(loaded)
-    console.print(f"Next: tbgen deploy check {escape(str(written.directory))}; tbgen deploy local; helm install "
-                  f"{escape(release)} {escape(str(written.directory))}", highlight=False)
+    local = f" --chart {written.directory}" if out is not None else ""
+    say(f"Next: `tbgen deploy check {written.directory}`; `tbgen deploy local{loaded.project_option()}{local}`; "
+        f"`helm install {release} {written.directory}`")
 
 
 @deploy_app.command("manifests")
@@ -1020,8 +1117,7 @@ def deploy_manifests(
         written = _load("commands.deploy").render_manifests(
             loaded, _chart_options(image, replicas, model_control_mode, server_arg, set_, values), out, force=force)
     _print_rendered("manifests to", written, loaded)
-    console.print(f"Next: tbgen deploy check {escape(str(written.directory))}; kubectl apply -f "
-                  f"{escape(str(written.directory))}", highlight=False)
+    say(f"Next: `tbgen deploy check {written.directory}`; `kubectl apply -f {written.directory}`")
 
 
 @deploy_app.command("check")
@@ -1044,23 +1140,17 @@ def deploy_check(
         counts = steps.setdefault(finding.step, [0, 0])
         counts[0 if finding.passed else 1] += 1
         if not finding.passed:
-            console.print(f"[red]FAIL[/red] {escape(finding.step)}: {escape(finding.subject)}: "
-                          f"{escape(finding.detail)}", highlight=False)
+            say(f"{finding.step}: {finding.subject}: {finding.detail}", label="FAIL", style="red")
         elif finding.skipped:
-            console.print(f"[yellow]note[/yellow] {escape(finding.subject)}: {escape(finding.detail)}",
-                          highlight=False)
-    console.print(escape(f"{report.kind} {report.directory}: {report.objects} objects, Kubernetes "
-                         f"{' and '.join(report.kube_versions)}"), highlight=False)
-    table = Table()
-    for column in ("check", "passed", "failed"):
-        table.add_column(column)
-    for step, (passed, failed) in steps.items():
-        table.add_row(escape(step), str(passed), f"[red]{failed}[/red]" if failed else "0")
-    console.print(table)
+            note(f"{finding.subject}: {finding.detail}")
+    say(f"{report.kind} {report.directory}: {report.objects} objects, Kubernetes {' and '.join(report.kube_versions)}")
+    records("", [Column("check"), Column("passed", justify="right"), Column("failed", justify="right")],
+            [(step, str(passed), str(failed)) for step, (passed, failed) in steps.items()],
+            styles=["red" if failed else "" for _, (_, failed) in steps.items()])
     if not report.passed:
-        console.print(f"[red]{len(report.failures)} failure(s)[/red]")
+        say(f"{len(report.failures)} failure(s)", style="red")
         raise typer.Exit(1)
-    console.print(f"[green]OK[/green] {escape(str(report.directory))}", highlight=False)
+    say(f"OK {report.directory}", style="green")
 
 
 @deploy_app.command("local")
@@ -1081,18 +1171,17 @@ def deploy_local(
         loaded = load_project(project)
         run = _load("commands.deploy").deploy_local(
             loaded, chart, base_image=base_image, repackage=package,
-            progress=lambda line: console.print(line[:100], markup=False, highlight=False))
+            progress=say)
     if run.packaged is not None:
-        console.print(escape(f"Packaged {run.packaged.tag} ({run.packaged.image_id[:19]})"), highlight=False)
+        say(f"Packaged {run.packaged.tag} ({run.packaged.image_id[:19]})")
     pod = run.pod
     ready = f"ready {run.ready_after:.1f} s after its start" if run.ready_after is not None else "never ready"
-    console.print(escape(f"Pod spec of {run.chart}: {pod.image} as user {pod.user or 'of the image'}, ports "
-                         f"{', '.join(f'{n} {p}' for n, p in pod.ports.items())}, /dev/shm "
-                         f"{(pod.shm_bytes or 0) / 2**20:.0f} MiB; {ready}"), highlight=False)
+    say(f"Pod spec of {run.chart}: {pod.image} as user {pod.user or 'of the image'}, ports "
+        f"{', '.join(f'{n} {p}' for n, p in pod.ports.items())}, /dev/shm {(pod.shm_bytes or 0) / 2**20:.0f} MiB; "
+        f"{ready}")
     if run.memory_used is not None:
         limit = f" of its {pod.memory_limit / 2**20:.0f} MiB limit" if pod.memory_limit else ""
-        console.print(escape(f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests "
-                             "(resources in values.yaml)."), highlight=False)
+        say(f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests (resources in values.yaml).")
     _report_tests(run.report, junit_xml)
 
 
@@ -1104,15 +1193,14 @@ def clean(
     """Remove what tbgen left behind."""
     with _user_errors():
         if not containers:
-            raise UsageError("Say what to clean.", "tbgen clean --containers")
+            raise UsageError("Say what to clean.", "`tbgen clean --containers`")
         engine = _load("engine")
         removed = engine.remove_containers(engine.tbgen_containers(engine.connect()))
-    console.print(escape(f"Removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}."),
-                  highlight=False)
+    say(f"Removed {len(removed)} container(s){': ' + ', '.join(removed) if removed else ''}.")
 
 
 class _user_errors:
-    """Turn a TbgenError into a Rich message and its exit code (no traceback for user mistakes)."""
+    """Turn a TbgenError into a message with its hint and its exit code (no traceback for user mistakes)."""
 
     def __enter__(self) -> None:
         return None
@@ -1121,9 +1209,7 @@ class _user_errors:
         if exc is None:
             return False
         if isinstance(exc, TbgenError):
-            err_console.print(f"[bold red]error:[/bold red] {escape(exc.message)}", highlight=False)
-            if exc.hint:
-                err_console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
+            terminal.error(exc.message, exc.hint)
             raise typer.Exit(exc.exit_code)
         if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM/SIGHUP turned into one by the runtime
             err_console.print("[yellow]interrupted[/yellow]")

@@ -1,7 +1,10 @@
 """User-facing errors: one type per stage, each with a message, a hint and an exit code.
 
-The CLI prints ``message`` and ``hint`` with Rich and exits with ``exit_code``; no traceback is shown for
-these. Anything else that escapes is a bug in tbgen and keeps its traceback.
+The CLI prints ``message`` and ``hint`` and exits with ``exit_code``: 1 when the thing checked or done failed
+(a build error, a failing check, a server that would not start, an update conflict), 2 when the command could
+not be used as given (bad flags or values, not a project, unreadable or invalid input files; nothing is
+written then). No traceback is shown for these. Anything else that escapes is a bug in tbgen and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ class ScaffoldError(TbgenError):
     """Rendering or writing a project failed (target exists, template broken, interrupted)."""
 
 
-class ProjectError(TbgenError):
-    """A directory is not a tbgen project or its tbgen.toml is unreadable."""
+class ProjectError(UsageError):
+    """A directory is not a tbgen project or its tbgen.toml is unreadable: the command cannot be used here (2)."""
 
 
-class ConfigError(TbgenError):
-    """A config.pbtxt could not be read at all (validation findings are reported, not raised)."""
+class ConfigError(UsageError):
+    """An input file (a config.pbtxt, a packed environment) could not be read at all: exit code 2 (validation
+    findings are reported, not raised)."""
 
 
 class BuildError(TbgenError):

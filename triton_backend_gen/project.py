@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,15 @@ class Project:
         raise UsageError(f"{self.name} has no model {name!r}.",
                          f"Its models: {', '.join(m.name for m in self.models)}.")
 
+    def project_option(self) -> str:
+        """What a suggested command adds to name this project: "" when the current directory is in it, else
+        ``--project PATH`` (relative when the project is below the current directory, quoted for a shell)."""
+        cwd = Path.cwd().resolve()
+        if cwd == self.root or self.root in cwd.parents:
+            return ""
+        path = self.root.relative_to(cwd) if cwd in self.root.parents else self.root
+        return f" --project {shlex.quote(str(path))}"
+
     # --- where things are ------------------------------------------------------------------------------------
     @property
     def project_file(self) -> Path:
@@ -196,7 +206,7 @@ def load_project(path: Path) -> Project:
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProjectError(
             f"{file} lacks or mistypes the entry {err}.",
-            "Compare it with docs/templates.md, or render the project again with `tbgen new --force`.",
+            "Compare it with docs/templates.md, or restore it from version control.",
         ) from err
 
 

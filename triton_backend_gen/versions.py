@@ -221,11 +221,11 @@ def release_changes(old: Release, new: Release) -> list[ReleaseChange]:
     """What changed from ``old`` to ``new`` that a backend project must follow (empty for the same facts)."""
     rows = (
         ("backend API", "%d.%d" % old.backend_api, "%d.%d" % new.backend_api,
-         "rebuild the backend (tbgen build); a library built against a newer API does not load in an older server"),
+         "rebuild the backend (`tbgen build`); a library built against a newer API does not load in an older server"),
         ("server API", "%d.%d" % old.server_api, "%d.%d" % new.server_api,
          "rebuild the backend; BLS code calling TRITONSERVER_* may use what the new API adds"),
         ("CMake minimum", old.min_cmake, new.min_cmake,
-         f"pip install 'cmake>={new.min_cmake}' (tbgen doctor checks it)"),
+         f"pip install 'cmake>={new.min_cmake}' (`tbgen doctor` checks it)"),
         ("Python of the stub", old.python, new.python,
          f"rebuild Python execution environments and native extensions for Python {new.python}"),
         ("CUDA", old.cuda, new.cuda, "build GPU code with this CUDA (the image's nvcc); check your kernels with it"),

@@ -18,7 +18,7 @@ RANKS = {
     "toolchain": 3, "runtime": 3,
     "smoke": 4, "bench": 4,
     "commands": 5, "testing": 5,
-    "cli": 6, "__main__": 6,
+    "cli": 6, "terminal": 6, "__main__": 6,
 }
 
 

@@ -43,7 +43,7 @@ def test_a_report_survives_json(tmp_path):
     report.write(tmp_path / "r.json")
     assert BenchReport.read(tmp_path / "r.json") == report
     (tmp_path / "bad.json").write_text('{"model": "m"}')
-    with pytest.raises(UsageError, match="not a report of tbgen bench"):
+    with pytest.raises(UsageError, match="not a report of `tbgen bench`"):
         BenchReport.read(tmp_path / "bad.json")
 
 

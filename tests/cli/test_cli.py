@@ -197,7 +197,7 @@ def test_interactive_new_on_a_terminal(tmp_path):
         (["test", "--image", "some/image:1"], "--image names the image for --docker"),
         (["serve", "--gpu"], "a local server sees this machine's GPUs already"),
         (["build", "--image", "some/image:1"], "--image names the image for --docker"),
-        (["test", "--docker", "--packaged"], "--packaged tests an image made by tbgen package"),
+        (["test", "--docker", "--packaged"], "--packaged tests an image made by `tbgen package`"),
         (["test", "--docker", "--sanitize", "address"], "cannot be combined with --docker"),
         (["clean"], "tbgen clean --containers"),
     ],
@@ -215,5 +215,6 @@ def test_tables_are_not_cut_when_output_is_not_a_terminal():
                             env={"PATH": "/usr/bin:/bin"})  # no COLUMNS, stdout a pipe
     assert result.returncode == 0
     newest = versions.newest()
-    row = next(line for line in result.stdout.splitlines() if f" {newest.container} " in line)
+    row = next(line for line in result.stdout.splitlines() if line.startswith(f"{newest.container}  "))
     assert ";".join(newest.cuda_architectures) in row and "…" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 200

@@ -21,7 +21,7 @@ def test_the_command_writes_the_file_and_names_the_next_step(cpp_project):
     assert result.returncode == 0, result.stderr
     written = cpp_project / "cmake" / "libraries" / "fmt.cmake"
     assert f"Wrote {written}" in result.stdout
-    assert f"Next: tbgen build {cpp_project}" in result.stdout
+    assert f"Next: `tbgen build {cpp_project}`" in result.stdout
     assert "pkg_check_modules(FMT REQUIRED IMPORTED_TARGET fmt)" in written.read_text()
 
     # Never over an existing file (an edited one above all): exit 2, naming it and the fix; the file is kept.

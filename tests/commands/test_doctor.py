@@ -57,7 +57,7 @@ def test_missing_tools_fail_or_warn_with_their_fix(empty_path):
     assert found["git"].status == doctor.WARN and "tbgen update" in found["git"].found
     assert found["nvcc (for --gpu)"].status == doctor.WARN and "CUDA toolkit" in found["nvcc (for --gpu)"].fix
     sources = found["Triton sources r24.10"]
-    assert sources.status == doctor.WARN and sources.fix == "tbgen deps fetch --triton-version 24.10"
+    assert sources.status == doctor.WARN and sources.fix == "`tbgen deps fetch --triton-version 24.10`"
     assert found["docker"].status == doctor.WARN and "docker.io" in found["docker"].fix
     failed = {d.name for d in found.values() if d.failed}
     assert {"cmake", "C++17 compiler"} <= failed

@@ -105,3 +105,23 @@ def test_pip_settings_reach_the_container(tmp_path, monkeypatch):
     assert paths == [tmp_path / "pypi", tmp_path]  # a local index's files sit beside its simple/ pages
     monkeypatch.setenv("PIP_TIMEOUT", "90")
     assert pip_settings(["global.timeout='60'"])[0]["PIP_TIMEOUT"] == "90"
+
+
+@pytest.mark.parametrize("template", ["python-backend", "decoupled-backend", "cpp-backend"])
+def test_a_packed_environment_is_ignored_by_git_and_kept_in_the_image_context(render_template, template):
+    """python-env.tar.gz is a build product: git ignores it (wherever the model is), Docker's build context keeps
+    it (the image's models need it)."""
+    import subprocess
+
+    from docker.utils.build import exclude_paths
+
+    project = render_template(template)
+    packed_env = next(project.glob("model_repository/*/config.pbtxt")).parent / "python-env.tar.gz"
+    packed_env.write_bytes(b"")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    ignored = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", str(packed_env)])
+    assert ignored.returncode == 0, "git does not ignore the packed environment"
+    patterns = [line for line in (project / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    context = exclude_paths(str(project), patterns)
+    assert str(packed_env.relative_to(project)) in context

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -22,7 +23,8 @@ from triton_backend_gen import versions
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import load_project
 from triton_backend_gen.runtime import ServerOptions, assemble_backend_dir, prepare_server, start_server
-from triton_backend_gen.runtime.local import SHM_DIR, LocalServer, group_members, release_mismatch
+from triton_backend_gen.runtime.local import SHM_DIR, LocalServer, group_members
+from triton_backend_gen.runtime.release_note import first_time, release_note
 from triton_backend_gen.runtime.server import relevant_log_lines
 
 pytestmark = pytest.mark.slow
@@ -128,32 +130,51 @@ def test_another_release_is_said_plainly(server, project):
     target = load_project(project).release
     if target == server.install.release:
         pytest.skip(f"the rendered project targets the server's own release {target.container}")
-    said = [*server.warnings, *server.notes]
-    assert any(target.container in text and server.install.version in text for text in said), said
+    said = server.release_note.text
+    assert target.container in said and server.install.version in said, said
 
 
-def test_release_mismatch_is_a_note_when_the_backend_api_matches(embedded_install, tmp_path):
+def test_release_note_is_a_note_when_the_backend_api_matches(embedded_install, tmp_path, monkeypatch):
     release = embedded_install.release
     root = render("python-backend", tmp_path / "same", triton_version=release.container)
-    assert release_mismatch(load_project(root), embedded_install) is None
+    assert release_note(load_project(root), embedded_install) is None
     same_api = next(r for r in versions.RELEASES if r != release and r.backend_api == release.backend_api)
     root = render("python-backend", tmp_path / "other", triton_version=same_api.container)
-    warning, text = release_mismatch(load_project(root), embedded_install)
-    assert not warning and same_api.container in text and release.container in text
-    assert "backend API" in text and "--server" in text and "--docker" in text
+    monkeypatch.chdir(root)
+    note = release_note(load_project(root), embedded_install)
+    assert not note.warning and same_api.container in note.text and release.container in note.text
+    assert "backend API" in note.text and "--server" in note.text and "--docker" in note.text
+    # The fix runs as printed from where the command ran: in the project, or naming it from elsewhere.
+    assert f"`tbgen update --triton-version {release.container}`" in note.text
+    monkeypatch.chdir(tmp_path)
+    assert f"`tbgen update --triton-version {release.container} --project other`" in \
+        release_note(load_project(root), embedded_install).text
     newer_api = [r for r in versions.RELEASES if r.backend_api > release.backend_api]
     if newer_api:
         root = render("python-backend", tmp_path / "newer", triton_version=newer_api[0].container)
-        warning, text = release_mismatch(load_project(root), embedded_install)
-        assert warning and "may refuse to load" in text
+        note = release_note(load_project(root), embedded_install)
+        assert note.warning and "may refuse to load" in note.text
+
+
+def test_a_release_note_is_said_once_per_project_and_releases_a_warning_every_time(embedded_install, tmp_path):
+    release = embedded_install.release
+    same_api = next(r for r in versions.RELEASES if r != release and r.backend_api == release.backend_api)
+    first = load_project(render("python-backend", tmp_path / "first", triton_version=same_api.container))
+    second = load_project(render("python-backend", tmp_path / "second", triton_version=same_api.container))
+    note = release_note(first, embedded_install)
+    assert first_time(first, note) and not first_time(first, note)
+    assert first_time(second, note)  # another project hears it too
+    warning = dataclasses.replace(note, warning=True)
+    assert first_time(first, warning) and first_time(first, warning)
 
 
 def test_busy_port_is_refused_before_launch(server, embedded_install, tmp_path):
+    (tmp_path / "model" / "1").mkdir(parents=True)  # a bare model repository; nothing loads before the ports
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        triton = prepare_server(tmp_path, http_port=port)  # a bare (empty) model repository
+        triton = prepare_server(tmp_path, http_port=port)
         with pytest.raises(ServerError) as raised:
             triton.start()
     assert str(port) in raised.value.message and "--http-port" in raised.value.hint

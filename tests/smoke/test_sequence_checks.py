@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_tbgen
+from conftest import check_results, run_tbgen
 
 pytestmark = pytest.mark.slow
 
@@ -82,21 +82,11 @@ def with_model(project: Path, source: str) -> None:
     (project / "model_repository" / "accumulate" / "1" / "model.py").write_text(source)
 
 
-def rows(report: str) -> dict[str, str]:
-    """check name -> its result column, from `tbgen test`'s table ("pass" or "FAIL")."""
-    found = {}
-    for line in report.splitlines():
-        cells = [c.strip() for c in re.split(r"[│┃]", line)[1:-1]]
-        if len(cells) >= 4 and cells[2] in ("pass", "FAIL"):
-            found.setdefault(f"{cells[0]} [{cells[1]}]", cells[2])
-    return found
-
-
 def test_a_correct_sequence_model_passes_every_check_and_the_fuzzer(sequence_project, server_or_skip):
     with_model(sequence_project, MODEL)
     result = run_tbgen("test", str(sequence_project), "--fuzz", "150")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    checks = rows(result.stdout)
+    checks = check_results(result.stdout)
     for name in ("sequence [http]", "sequence [grpc]", "8 interleaved sequences [grpc]", "sequence restarted [grpc]",
                  "request for an unknown sequence [http]", "idle sequence timed out [grpc]", "custom metrics [metrics]",
                  "request parameters [http]", "request parameters [grpc]"):
@@ -118,7 +108,7 @@ def test_a_model_that_gets_state_or_metrics_wrong_fails_the_check_that_catches_i
     with_model(sequence_project, MODEL.replace(wrong, right))
     result = run_tbgen("test", str(sequence_project))
     assert result.returncode == 1, result.stdout[-4000:]
-    checks = rows(result.stdout)
+    checks = check_results(result.stdout)
     assert checks.get(caught_by) == "FAIL", (caught_by, checks)
     if bug in ("histogram per request", "a tag of any type"):
         family = caught_by.split(" [")[0]  # the check over every protocol

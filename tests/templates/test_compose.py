@@ -5,6 +5,9 @@ and each pattern passing `tbgen test --fuzz 300` in the embedded server (the C++
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import fuzz_passes, run_tbgen, triton_sources_or_skip
+from conftest import fuzz_passes, read_config, run_tbgen, snapshot, triton_sources_or_skip
 
 from triton_backend_gen.model_config.tree import validate_tree
 from triton_backend_gen.project import load_project
@@ -164,6 +167,44 @@ def test_add_model_refuses_a_cpp_model_the_projects_library_cannot_serve(tmp_pat
     assert refused.returncode == 2 and "library of its own" in refused.stdout + refused.stderr
 
 
+IMAGE_SIGNATURE = ("--input", "IMAGE:FP32:3,8,8", "--input", "SCALE:FP32:1", "--input", "FLIP:BOOL:1",
+                   "--output", "OUT:FP32:3,8,8")
+
+
+@pytest.mark.parametrize("template", [("-t", "cpp-backend"), ("-t", "decoupled-backend", "--set", "language=cpp")])
+def test_add_model_refuses_other_tensors_than_the_librarys_and_both_commands_it_prints_run(tmp_path, template):
+    project = new(tmp_path, "img", *template, *IMAGE_SIGNATURE)
+    before = snapshot(project)
+    refused = run_tbgen("add", "model", "other", "--input", "X:FP32:4", "--output", "Y:FP32:4", cwd=project)
+    text = refused.stdout + refused.stderr
+    assert refused.returncode == 2, text
+    assert "must have the library's tensors" in text and "Traceback" not in text
+    assert snapshot(project) == before and not list(project.glob(".tbgen-*"))  # nothing written, nothing left
+    same, python = re.findall(r"`(tbgen add model [^`]*)`", text)
+    assert same == "tbgen add model other " + " ".join(IMAGE_SIGNATURE)
+    assert "--input X:FP32:4 --output Y:FP32:4" in python and "python" in python
+    twin = shutil.copytree(project, tmp_path / "twin" / "img")
+    for command, root in ((same, project), (python, twin)):
+        ran = run_tbgen(*shlex.split(command)[1:], cwd=root)  # as printed, in the project
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert [f.message for f in validate_tree(root) if f.severity == "error"] == []
+    assert [t.name for t in read_config(project, "other").input] == ["IMAGE", "SCALE", "FLIP"]
+    assert read_config(twin, "other").backend == "python"
+
+
+def test_add_model_keeps_the_models_before_answers_and_the_tables_that_follow_them(tmp_path):
+    project = new(tmp_path, "p", "-t", "python-backend", "--set", "native=yes")
+    for args in (["solo"], ["router", "--pattern", "bls", "--set", "callees=add_sub,extra", "--set", "native=no"]):
+        added = run_tbgen("add", "model", *args, "--project", str(project))
+        assert added.returncode == 0, added.stdout + added.stderr
+    text = (project / "tbgen.toml").read_text()
+    assert [m["name"] for m in tomllib.loads(text)["models"]] == ["add_sub", "solo", "router", "extra"]
+    headers = re.findall(r"^\[+([^\]]+)\]+", text, flags=re.MULTILINE)
+    assert headers[:2] == ["tbgen", "project"] and headers[-2:] == ["native", "answers"]
+    assert set(headers[2:-2]) == {"models"}  # every entry together, as `tbgen new` writes them
+    assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+
+
 # --- served for real ------------------------------------------------------------------------------------------
 
 
@@ -252,5 +293,6 @@ def test_serve_model_loads_that_model_and_what_it_calls(tmp_path, server_or_skip
     finally:
         if serve.poll() is None:
             serve.kill()
-    states = {row.split("│")[1].strip(): row.split("│")[3].strip() for row in lines if row.count("│") >= 5}
+    table = lines[lines.index("Models\n") + 1:]  # off a terminal: "model  version  state" per line
+    states = {cells[0]: cells[2] for cells in (row.strip().split("  ") for row in table) if len(cells) >= 3}
     assert states == {"bls_async": "READY", "add_sub": "READY", "add_sub_2": "READY", "other": "not loaded"}, lines

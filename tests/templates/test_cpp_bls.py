@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import fuzz_passes, grpc_infer, read_config, run_tbgen, triton_sources_or_skip
+from conftest import check_results, fuzz_passes, grpc_infer, read_config, run_tbgen, triton_sources_or_skip
 from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen.scaffold import get_template, render_new_project, resolve_answers
@@ -175,8 +175,8 @@ def test_bls_builds_warning_free_and_serves_its_callees(tmp_path, compiler_cache
     assert not [line for line in log.splitlines() if str(project / "src") in line and "warning" in line]
     result = run_tbgen("test", str(project))
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " 0 failed" in result.stdout and f"│ {TOP}: infer " in result.stdout
-    assert f"│ {TOP}: infer " in fuzz_passes(project)
+    assert " 0 failed" in result.stdout and check_results(result.stdout).get(f"{TOP}: infer [http]") == "pass"
+    assert check_results(fuzz_passes(project)).get(f"{TOP}: infer [grpc]") == "pass"
 
     reference = load_reference(project)
     batch = 2 if reference.MAX_BATCH_SIZE > 0 else None

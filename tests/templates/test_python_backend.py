@@ -492,3 +492,33 @@ def test_signature_projects_pass_the_smoke_suite_in_the_embedded_server(render_t
     failed = [f"{r.name} [{r.protocol}]: {r.detail}" for r in results if not r.passed]
     assert not failed, "\n".join(failed)
     assert any(r.name.startswith("concurrent requests") for r in results)
+
+
+def _without(text: str, start: str, end: str, instead: str = "") -> str:
+    """``text`` with ``instead`` for its lines from the one holding ``start`` through the one holding ``end``."""
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if start in line)
+    last = next(i for i, line in enumerate(lines) if end in line and i >= first)
+    return "".join(lines[:first]) + instead + "".join(lines[last + 1:])
+
+
+@pytest.mark.parametrize("batching", ["per_request", "vectorized"])
+def test_the_placeholder_and_its_helpers_go_together(render_template, pb_utils_dir, batching):
+    """Deleting the marked placeholder (its computation and its helpers) and writing a computation of one's own
+    leaves model.py and reference.py working: no helper is left behind as dead code, nothing else needed one."""
+    project = render_template(TEMPLATE, signature=MIXED, batching=batching)
+    own = ('    return {"TOKENS": np.zeros((len(text), 2), np.int64), "LABEL": np.full((len(text), 1), b"x", object),\n'
+           '            "SCORE": np.ones((len(text), 4), np.float32)}\n')
+    model = model_file(project)
+    text = _without(model.read_text(), "# ---- The placeholder's helpers", "# ---- End of the placeholder's helpers")
+    model.write_text(_without(text, "    # ---- The placeholder", "    }", own))  # the placeholder, down to its return
+    reference = project / "reference.py"
+    text = _without(reference.read_text(), "# ---- The placeholder computation", "# ---- End of the placeholder")
+    reference.write_text(text + '\n\ndef compute(inputs):\n    text = inputs["TEXT"]\n' + own)
+    served, expected = load_model(model, pb_utils_dir), load_module(reference)
+    for name in ("nonzero_count", "byte_count", "filled"):
+        assert not hasattr(served, name)
+    assert not hasattr(expected, "row_counts") and not hasattr(expected, "as_datatype")
+    inputs = expected.make_inputs(3, seed=1)
+    assert_same_outputs(served.compute({n: inputs.get(n) for n in served.INPUTS}), expected.compute(inputs),
+                        expected.TOLERANCE)

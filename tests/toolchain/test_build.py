@@ -282,6 +282,8 @@ def test_gpu_project_builds_and_passes_on_a_machine_without_a_gpu(tmp_path, comp
     release = versions.resolve("24.10")
     if nvcc_cuda.split(".")[0] != release.cuda.split(".")[0]:  # e.g. CUDA 13 here, 12.6 in the 24.10 image
         assert f"ships CUDA {release.cuda}" in result.stdout and "--docker" in result.stdout
+        said = next(line for line in result.stdout.splitlines() if f"ships CUDA {release.cuda}" in line)
+        assert said.startswith("warning: this nvcc") and "note:" not in said  # one prefix
     config = project / "model_repository" / "add_sub" / "config.pbtxt"
     before = config.read_bytes()
     if not gpus_visible():  # KIND_GPU here: refused up front, naming the flag
@@ -322,9 +324,9 @@ def test_tbgen_toml_wins_over_triton_tags_edited_in_cmakelists(tmp_path):
 
 def test_a_cuda_major_the_release_does_not_ship_is_a_warning():
     r2410, r2510 = versions.resolve("24.10"), versions.resolve("25.10")
-    (warning,) = build.cuda_major_notes("13.0", r2410)
+    (warning,) = build.cuda_major_warnings("13.0", r2410)
     assert "CUDA 13.0" in warning and r2410.cuda in warning and "--docker" in warning and "static" in warning
-    assert build.cuda_major_notes("13.0", r2510) == [] and build.cuda_major_notes("12.4", r2410) == []
+    assert build.cuda_major_warnings("13.0", r2510) == [] and build.cuda_major_warnings("12.4", r2410) == []
     assert symbols.cuda_runtime_majors(["libc.so.6", "libcudart.so.13", "libcudart.so.12.6"]) == {"13", "12"}
 
 

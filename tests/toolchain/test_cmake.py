@@ -149,3 +149,26 @@ def test_run_cmake_build_reports_the_first_error_and_the_log(tmp_path):
     assert "broken.cc:1" in message and "undeclared_name" in message
     assert str(tmp_path / "build" / cmake.LOG_NAME) in message
     assert (tmp_path / "build" / cmake.LOG_NAME).is_file()
+
+
+def test_error_places_open_from_where_tbgen_runs(tmp_path, monkeypatch):
+    """The compiler runs in the build tree, so its places are relative to it; CMake's are relative to the
+    sources. Both are printed relative to the project's root when tbgen runs there, else absolute."""
+    project = tmp_path / "proj"
+    build = project / "build"
+    (project / "tbgen.toml").parent.mkdir()
+    (project / "tbgen.toml").write_text("")
+    compiler = "../src/cppf.cc:287:25: error: 'x' was not declared in this scope"
+    cmake_error = "CMake Error at CMakeLists.txt:40 (find_package): Could not find RapidJSON"
+    monkeypatch.chdir(project)
+    assert cmake.openable(compiler, build, project) == "src/cppf.cc:287:25: error: 'x' was not declared in this scope"
+    assert cmake.openable(cmake_error, build, project).startswith("CMake Error at CMakeLists.txt:40 (")
+    native = "../../native/src/ext.cc:3:1: error: e"  # a python project's extension: its sources are in native/
+    assert cmake.openable(native, build / "native", project / "native") == "native/src/ext.cc:3:1: error: e"
+    monkeypatch.chdir(tmp_path)
+    assert cmake.openable(compiler, build, project).startswith(f"{project}/src/cppf.cc:287:25: error:")
+    assert cmake.openable(cmake_error, build, project).startswith(f"CMake Error at {project}/CMakeLists.txt:40 (")
+    assert cmake.openable("/usr/include/x.h:3:1: error: y", build, project) == "/usr/include/x.h:3:1: error: y"
+    for untouched in ("nvcc fatal   : Unsupported gpu architecture 'compute_53'", "FAILED: CMakeFiles/x.dir/x.cc.o",
+                      "a.cc:(.text+0x5): undefined reference to `g'"):
+        assert cmake.openable(untouched, build, project) == untouched

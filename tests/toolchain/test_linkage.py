@@ -62,7 +62,7 @@ def test_locally_missing_libraries_name_the_fix():
     graph = {"libtriton_x.so": ["libmine.so.1"]}
     (finding,) = symbols.missing_library_findings(["libmine.so.1"], "libtriton_x.so", graph)
     assert finding.message.startswith("ldd cannot find libmine.so.1, which libtriton_x.so needs: install it")
-    assert "tbgen add library NAME --path PREFIX" in finding.message
+    assert "`tbgen add library` and --path naming the prefix" in finding.message
 
 
 def test_each_round_carries_what_the_image_lacks_and_this_machine_has():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from triton_backend_gen import versions
-from triton_backend_gen.errors import SourcesError
+from triton_backend_gen.errors import SourcesError, UsageError
 from triton_backend_gen.toolchain import cmake, sources
 
 BRANCH = "r24.10"
@@ -212,7 +212,7 @@ def test_a_cached_release_is_kept_unless_forced(cache, organization):
     entry = sources.fetch_sources(RELEASE, organization=organization.as_uri(), googletest=False)
     marker = entry / "core" / "user-file"
     marker.write_text("kept")
-    with pytest.raises(SourcesError, match="already cached") as caught:
+    with pytest.raises(UsageError, match="already cached") as caught:
         sources.fetch_sources(RELEASE, organization=organization.as_uri(), googletest=False)
     assert "--force" in caught.value.hint
     assert marker.read_text() == "kept"
@@ -232,7 +232,7 @@ def test_deps_cli_fetch_list_and_refusal(cache, organization):
     assert listed.returncode == 0, listed.stderr
     assert BRANCH in listed.stdout and git("rev-parse", "HEAD", cwd=cache / BRANCH / "core") in listed.stdout
     again = tbgen("deps", "fetch", "--triton-version", "24.10", "--no-googletest", env=env)
-    assert again.returncode == 1 and "--force" in again.stderr
+    assert again.returncode == 2 and "--force" in again.stderr  # a usage error: the release is cached
     forced = tbgen("deps", "fetch", "--triton-version", "24.10", "--no-googletest", "--force", env=env)
     assert forced.returncode == 0, forced.stderr
 
@@ -281,7 +281,7 @@ def test_add_registers_sources_a_user_has(cache, organization, tmp_path):
     assert listed.complete
     shutil.rmtree(checkouts)  # the cache holds its own copy
     assert sources.cached_sources(BRANCH) == entry
-    with pytest.raises(SourcesError, match="already cached"):
+    with pytest.raises(UsageError, match="already cached"):
         sources.add_sources(make_checkouts(tmp_path / "again", organization), RELEASE)
 
 
@@ -296,7 +296,7 @@ def test_add_via_cli(cache, organization, tmp_path):
 def test_add_refuses_an_incomplete_directory(cache, organization, tmp_path):
     checkouts = make_checkouts(tmp_path / "mine", organization)
     shutil.rmtree(checkouts / "backend")
-    with pytest.raises(SourcesError, match="backend_common.h"):
+    with pytest.raises(UsageError, match="backend_common.h"):
         sources.add_sources(checkouts, RELEASE)
     assert sources.list_sources() == [] and leftovers(cache) == []
 
@@ -305,7 +305,7 @@ def test_add_refuses_sources_of_another_release(cache, organization, tmp_path):
     checkouts = make_checkouts(tmp_path / "mine", organization)
     older = versions.resolve("24.01")  # backend API 1.17; r24.10's core declares 1.19
     assert sources.backend_api_version(checkouts / "core") == RELEASE.backend_api != older.backend_api
-    with pytest.raises(SourcesError, match="backend API"):
+    with pytest.raises(UsageError, match="backend API"):
         sources.add_sources(checkouts, older)
     assert sources.list_sources() == []
 

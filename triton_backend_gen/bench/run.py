@@ -193,10 +193,10 @@ def model_stats(http_url: str, model: str) -> dict:
             entries = json.loads(response.read()).get("model_stats", [])
     except urllib.error.HTTPError as err:
         raise ServerError(f"The server at {http_url} has no model {model} ready (HTTP {err.code}).",
-                          "Check the server's models (tbgen serve lists them), or pick another with --model.") from err
+                          "Check the server's models (`tbgen serve` lists them), or pick another with --model.") from err
     except (OSError, ValueError) as err:  # nothing listens there, or it is not a Triton server
         raise ServerError(f"No Triton server answers at {http_url}: {err}",
-                          "Start one (tbgen serve), or give --url the HTTP host:port of a running server.") from err
+                          "Start one (`tbgen serve`), or give --url the HTTP host:port of a running server.") from err
     return entries[0] if entries else {}
 
 

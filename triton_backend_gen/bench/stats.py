@@ -55,8 +55,8 @@ class BenchReport:
             levels = [Level(**level) for level in data.pop("levels")]
             return cls(**data, levels=levels)
         except (OSError, ValueError, TypeError, KeyError) as err:
-            raise UsageError(f"{path} is not a report of tbgen bench: {err}",
-                             "Pass a file written by tbgen bench --json.") from err
+            raise UsageError(f"{path} is not a report of `tbgen bench`: {err}",
+                             "Pass a file written by `tbgen bench` with --json.") from err
 
 
 def percentiles(latencies_us: Sequence[float], points: Sequence[float] = PERCENTILES) -> list[float]:

@@ -32,7 +32,7 @@ def add_library(project: Project, name: str, *, find_package: str | None = None,
     if not project.is_cpp:
         raise UsageError(f"{project.name} is a python project: it has no C++ backend to link {name} into.",
                          "Install the Python package the model imports instead (python models import what they "
-                         "need); tbgen add library applies to cpp-backend and decoupled-backend language=cpp.")
+                         "need); `tbgen add library` applies to cpp-backend and decoupled-backend language=cpp.")
     validate_library_name(name)
     file = library_file(project.root, name)
     if file.exists():

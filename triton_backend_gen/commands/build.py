@@ -65,7 +65,7 @@ def check(target: Path, server: Path | None = None, *, docker: bool = False, ima
         project = load_project(target)
         if not project.is_cpp:
             raise UsageError(f"{project.name} is a python project: it has no C++ backend library to check.",
-                             "tbgen check applies to C++ backends (cpp-backend, decoupled-backend language=cpp).")
+                             "`tbgen check` applies to C++ backends (cpp-backend, decoupled-backend language=cpp).")
         library = project.library
         if not library.is_file():
             raise BuildError(f"{library} does not exist: the backend is not built.", f"Run `tbgen build {target}`.")
@@ -82,7 +82,7 @@ def check_in_image_of(library: Path, project: Project | None, image: str | None)
     server there loads it."""
     if image is None and project is None:
         raise UsageError(f"{library.name} is a library file: tbgen cannot tell which release's image to check it in.",
-                         "Add --image IMAGE, or check the project: tbgen check PROJECT --docker.")
+                         "Name the image with --image, or check the project's library with `tbgen check --docker` in the project.")
     image = image or default_image(project.release)
     backend = project.backend if project is not None else library.stem.removeprefix("libtriton_")
     client = connect()

@@ -105,7 +105,7 @@ def check_project(project: Project) -> Diagnosis:
         return Diagnosis("project", WARN, f"{found}; tbgen ships no template {project.template!r}")
     if shipped != project.template_version:
         return Diagnosis("project", WARN, f"{found}; tbgen's {project.template} is {shipped}",
-                         "tbgen update (tbgen check --drift lists what you edited; your edits are kept)")
+                         "`tbgen update` (`tbgen check --drift` lists what you edited; your edits are kept)")
     return Diagnosis("project", OK, found)
 
 
@@ -135,8 +135,8 @@ def check_model_imports(project: Project) -> list[Diagnosis]:
         where = f"its environment {finding.env.name}" if finding.env else "tbgen's Python (the local server's stub)"
         if finding.missing:
             rows.append(Diagnosis(f"imports of {finding.model}", WARN, f"{', '.join(finding.missing)}: not in {where}",
-                                  f"list them in model_repository/{finding.model}/requirements.txt, then tbgen env "
-                                  "pack (--docker for the image)"))
+                                  f"list them in model_repository/{finding.model}/requirements.txt, then `tbgen env "
+                                  f"pack --model {finding.model}` (with --docker for the image)"))
         else:
             rows.append(Diagnosis(f"imports of {finding.model}", OK, f"all found in {where}"))
     return rows
@@ -199,7 +199,7 @@ def check_ninja() -> Diagnosis:
 def check_git() -> Diagnosis:
     git = shutil.which("git")
     if git is None:
-        return Diagnosis("git", WARN, "not found (tbgen update merges your edits with git merge-file)",
+        return Diagnosis("git", WARN, "not found (`tbgen update` merges your edits with git merge-file)",
                          "apt-get install git")
     return Diagnosis("git", OK, (_output([git, "--version"]) or "").strip() or git)
 
@@ -217,7 +217,7 @@ def check_googletest(release: versions.Release) -> Diagnosis:
     if found is not None:
         return Diagnosis("googletest", OK, str(found))
     return Diagnosis("googletest", WARN, "not cached and no /usr/src/googletest (C++ builds would download it)",
-                     f"tbgen deps fetch --triton-version {release.container}  (or: sudo apt-get install googletest)")
+                     f"`tbgen deps fetch --triton-version {release.container}` (or: sudo apt-get install googletest)")
 
 
 def check_nvcc() -> Diagnosis:
@@ -241,7 +241,7 @@ def check_source_cache(release: versions.Release) -> Diagnosis:
         return Diagnosis(f"Triton sources {release.branch}", OK, f"{entry} (offline builds)")
     return Diagnosis(f"Triton sources {release.branch}", WARN,
                      f"{entry} lacks {', '.join(missing)} (builds clone them with network)",
-                     f"tbgen deps fetch --triton-version {release.container}")
+                     f"`tbgen deps fetch --triton-version {release.container}`")
 
 
 def check_servers(server: Path | None, release: versions.Release | None) -> list[Diagnosis]:
@@ -289,7 +289,7 @@ def check_docker(target: versions.Release) -> list[Diagnosis]:
     leftovers = tbgen_containers(client)
     if leftovers:
         names = ", ".join(f"{c.name} ({c.status}, {c.labels.get('tbgen.role', '?')})" for c in leftovers)
-        rows.append(Diagnosis("tbgen containers", WARN, f"left behind: {names}", "tbgen clean --containers"))
+        rows.append(Diagnosis("tbgen containers", WARN, f"left behind: {names}", "`tbgen clean --containers`"))
     else:
         rows.append(Diagnosis("tbgen containers", OK, "none left behind"))
     return rows
@@ -301,14 +301,14 @@ def check_deploy_tools() -> list[Diagnosis]:
     fix = DEPLOY_EXTRA
     try:
         helm = find_helm()
-        rows = [Diagnosis("helm (tbgen deploy)", OK, f"{helm_version(helm)} at {helm}")]
+        rows = [Diagnosis("helm (for `tbgen deploy`)", OK, f"{helm_version(helm)} at {helm}")]
     except TbgenError as err:
-        rows = [Diagnosis("helm (tbgen deploy)", WARN, err.message, fix)]
+        rows = [Diagnosis("helm (for `tbgen deploy`)", WARN, err.message, fix)]
     for dist, use in (("kubernetes-validate", "Kubernetes schemas"), ("yamllint", "YAML lint")):
         try:
-            rows.append(Diagnosis(f"{dist} (tbgen deploy)", OK, f"{importlib.metadata.version(dist)} ({use})"))
+            rows.append(Diagnosis(f"{dist} (for `tbgen deploy`)", OK, f"{importlib.metadata.version(dist)} ({use})"))
         except importlib.metadata.PackageNotFoundError:
-            rows.append(Diagnosis(f"{dist} (tbgen deploy)", WARN, "not installed (tbgen deploy check needs it)", fix))
+            rows.append(Diagnosis(f"{dist} (for `tbgen deploy`)", WARN, "not installed (`tbgen deploy check` needs it)", fix))
     return rows
 
 

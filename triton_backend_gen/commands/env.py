@@ -39,6 +39,7 @@ class Packed:
     env: PackedEnv
     target: str  # "this machine" or the image
     config_written: bool  # EXECUTION_ENV_PATH was added or changed in config.pbtxt
+    log_file: Path  # pip's output
 
 
 def python_models(project: Project) -> list[ModelEntry]:
@@ -62,7 +63,7 @@ def pack_envs(project: Project, *, model: str | None = None, docker: bool = Fals
         where = candidates[0].directory if candidates else project.model_repository / "MODEL"
         raise UsageError("No python model of the project has a requirements.txt, so there is nothing to pack.",
                          f"List the packages a model imports in {where / REQUIREMENTS} (one per line, as for pip), "
-                         "then run tbgen env pack again.")
+                         "then run `tbgen env pack` again.")
     target = (image or default_image(project.release)) if docker else "this machine"
     packed = []
     for entry in with_requirements:
@@ -71,7 +72,7 @@ def pack_envs(project: Project, *, model: str | None = None, docker: bool = Fals
         requirements = entry.directory / REQUIREMENTS
         env = (pack_in_image(requirements, output, target, log_file, project.root, on_line) if docker
                else pack_locally(requirements, output, log_file))
-        packed.append(Packed(entry.name, env, target, _point_config_at(entry.config_file)))
+        packed.append(Packed(entry.name, env, target, _point_config_at(entry.config_file), log_file))
     return packed
 
 

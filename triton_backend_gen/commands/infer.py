@@ -20,9 +20,9 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from triton_backend_gen import signature
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.project import ModelEntry, Project
-from triton_backend_gen.runtime import start_server
+from triton_backend_gen.runtime import TritonServer, start_server
 from triton_backend_gen.signals import stop_on_signals
-from triton_backend_gen.smoke import load_reference
+from triton_backend_gen.smoke import load_reference, output_arrays
 from triton_backend_gen.smoke.model import sequence_spec
 
 # KServe v2 datatype names -> the numpy dtype tritonclient sends (BF16 travels as float32)
@@ -108,11 +108,12 @@ def infer_once(
     model: str, input_options: list[str], *, project: Project | None, url: str | None = None,
     server: Path | None = None, instance_kind: str | None = None, param_options: list[str] = (),
     sequencing: Sequencing = Sequencing(), on_parameters: Callable[[dict], None] = lambda parameters: None,
+    on_server: Callable[[TritonServer], None] = lambda triton: None,
 ) -> dict[str, np.ndarray]:
     """Run one request against ``url``, or against a server started (and stopped) for ``project``; inputs not
     given come from the project's reference.py (when there is a project). ``param_options`` (KEY=VALUE) are sent
     as request parameters; the response's parameters go to ``on_parameters``. A request to a sequence model
-    carries ``sequencing``."""
+    carries ``sequencing``. ``on_server`` hears of the server started for the request (its notes)."""
     given = dict(parse_input_option(option) for option in input_options)
     parameters = dict(parse_param_option(option) for option in param_options)
     path = _reference_of(project, model) if project is not None else None
@@ -124,6 +125,7 @@ def infer_once(
         if url is None:
             stack.enter_context(stop_on_signals())
             triton = stack.enter_context(start_server(project, server=server, instance_kind=instance_kind))
+            on_server(triton)
             http_url, grpc_url = triton.http_url, triton.grpc_url
         else:
             http_url, grpc_url = url, None
@@ -173,7 +175,7 @@ def _infer_http(http: httpclient.InferenceServerClient, model: str, inputs: dict
     result = http.infer(model, tensors, parameters=parameters or None, **sequence)
     if result.get_response().get("parameters"):
         on_parameters(result.get_response()["parameters"])
-    return {name: result.as_numpy(name) for name in outputs}
+    return output_arrays(result, outputs)
 
 
 def _model_of(http: httpclient.InferenceServerClient, model: str, url: str) -> tuple[dict, dict]:
@@ -185,7 +187,7 @@ def _model_of(http: httpclient.InferenceServerClient, model: str, url: str) -> t
                           "Check `tbgen serve` for the models and their states.") from err
     except (OSError, ConnectionError) as err:  # nothing listens there, or it hung up
         raise ServerError(f"No Triton server answers at {url}: {err}",
-                          "Start one (tbgen serve), or give --url the HTTP host:port of a running server.") from err
+                          "Start one (`tbgen serve`), or give --url the HTTP host:port of a running server.") from err
 
 
 def _datatype(array: np.ndarray) -> str:
@@ -213,7 +215,7 @@ def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: l
                 raise error
             final = result.get_response().parameters.get("triton_final_response")
             if result.get_response().outputs:
-                responses.append({name: result.as_numpy(name) for name in outputs})
+                responses.append(output_arrays(result, outputs))
             if final is not None and final.bool_param:
                 break
         finished = True

@@ -139,7 +139,7 @@ def stage_host_build(project: Project, client: Any, image: str,
                      progress: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
     """Build the backend on this machine (`tbgen build`, checked against a local server) and stage it with the
     shared objects ``image`` lacks; the staging directory and what was carried (soname -> host path)."""
-    progress(f"building {project.library.name} on this machine (its libraries' headers are here): tbgen build")
+    progress(f"building {project.library.name} on this machine (its libraries' headers are here): `tbgen build`")
     build_if_needed(project, None)
     progress(f"resolving its libraries in {image} (ldd in a container)")
     staging = project.runtime_dir / STAGING_NAME
@@ -155,7 +155,7 @@ def package_project(project: Project, *, tag: str | None = None, base_image: str
     """Build the project's Dockerfile into the image ``tag`` (default: ``<project>:latest``)."""
     if not (project.root / DOCKERFILE).is_file():
         raise ServerError(f"{project.root / DOCKERFILE} does not exist.",
-                          "Restore it from the template: tbgen new --force with the project's answers.")
+                          "Restore it from version control (git checkout -- Dockerfile); a project generated before the Dockerfile was generated gets one from `tbgen update`.")
     tag = tag or default_tag(project)
     client = connect()
     if base_image:

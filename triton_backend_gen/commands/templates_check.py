@@ -201,13 +201,13 @@ def build_rendered_project(path: Path) -> tuple[list[str], str]:
     project = load_project(path)
     kind = build_kind(project)
     if kind == "cpp" and cached_sources(project.release.branch) is None:
-        return [], (f"Triton sources for {project.release.branch} are not cached (tbgen deps fetch, or tbgen deps "
-                    "add --from DIR), so it was not built")
+        return [], (f"Triton sources for {project.release.branch} are not cached "
+                    f"(`tbgen deps fetch --triton-version {project.release.container}`), so it was not built")
     try:
         result = build(project) if kind else None
     except TbgenError as err:
         return [f"build failed: {err.message} {err.hint}".strip()], ""
-    return [f"tbgen check: {finding.message}" for finding in (result.errors if result else [])], ""
+    return [f"library check: {finding.message}" for finding in (result.errors if result else [])], ""
 
 
 def smoke_rendered_project(path: Path, instance_kind: str | None = None) -> list[str]:

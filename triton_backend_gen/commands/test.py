@@ -20,11 +20,13 @@ from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.model_config import validate_tree
 from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import TritonServer, prepare_server
+from triton_backend_gen.runtime.release_note import ReleaseNote
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.runtime.server import relevant_log_lines
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import (
     Endpoints,
+    SmokeCheck,
     SmokeResult,
     custom_metrics_results,
     leaves_tensors_to_backend,
@@ -49,6 +51,7 @@ class TestRunReport:
     log_file: Path
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what tbgen changed for the run (e.g. the instance kind)
+    release_note: ReleaseNote | None = None  # the server is of another release than the project
     results: list = field(default_factory=list)  # smoke.SmokeResult
     statistics: list = field(default_factory=list)  # smoke.ModelStatistics of each model, once the suite ran
 
@@ -70,7 +73,9 @@ def run_project_tests(
     packaged: bool = False,
     instance_kind: str | None = None,
     model: str | None = None,
-    on_result: Callable[[object], None] = lambda result: None,
+    on_result: Callable[[SmokeResult], None] = lambda result: None,
+    on_check: Callable[[SmokeCheck], None] = lambda check: None,
+    on_phase: Callable[[str], None] = lambda phase: None,
     triton: TritonServer | None = None,
 ) -> TestRunReport:
     """Smoke-test every model of ``project`` (or ``model``) in a real server (started and stopped here); the
@@ -82,11 +87,15 @@ def run_project_tests(
     ``packaged`` tests the image of `tbgen package` as it is (nothing built, nothing mounted);
     ``instance_kind`` ("cpu", "gpu") serves a copy of the models with instances of that kind. ``triton``: a
     server that another launcher prepared (`tbgen deploy local`: a chart's pod spec), tested as it is; else the
-    time the server took to load the models is recorded for `tbgen deploy` (commands.load_time)."""
+    time the server took to load the models is recorded for `tbgen deploy` (commands.load_time).
+    ``on_phase`` hears what the run does next (building, starting the server, ...), ``on_check`` of each check
+    before it runs and ``on_result`` of each result."""
     check_test_options(sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind)
     chosen = project.model(model) if model is not None else None
     measured = triton is None
     if not packaged and measured:
+        if project.is_cpp or project.native is not None:
+            on_phase("building what changed")
         build_if_needed(project, server, sanitize, docker=docker, image=image)
     if triton is None:
         triton = prepare_server(project, server=server, docker=docker or packaged, image=image, gpu=gpu,
@@ -97,8 +106,10 @@ def run_project_tests(
     auto_completed = any(leaves_tensors_to_backend(load_model_spec(m, served)[1]) for m in project.models)
     plan = [] if auto_completed else plan_smoke(project, chosen, repository=served)
     fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served) if fuzz and not auto_completed else []
-    report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes))
+    report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes),
+                           triton.release_note)
     started = time.monotonic()
+    on_phase("starting tritonserver and loading the models")
     with stop_on_signals(), triton:
         _require_ready(project, triton)
         if measured:  # only a load that succeeded sizes the chart's probes
@@ -109,29 +120,37 @@ def run_project_tests(
             plan = plan_smoke(project, chosen, repository=served, served=completed)
             fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served, served=completed) if fuzz else []
         healthy = lambda: triton.running  # noqa: E731
-        report.results += run_smoke(plan, endpoints, is_healthy=healthy, progress=on_result)
+        report.results += run_smoke(plan, endpoints, is_healthy=healthy, progress=on_result, on_start=on_check)
         named = len(project.models) > 1 and chosen is None
         declared = {m.name: m.metrics for m in project.models if m.metrics and (chosen is None or m is chosen)}
         if declared and triton.running:  # after the smoke checks, all answered, before requests that fail
+            on_phase("custom metrics against the server's statistics")
             for result in custom_metrics_results(triton.metrics_url, endpoints, declared, named):
                 report.results.append(result)
                 on_result(result)
         with_parameters = [m for m in project.models if m.parameters and (chosen is None or m is chosen)]
         if with_parameters and triton.running:
+            on_phase("request parameters")
             models = _parameter_models(project, with_parameters, served, completed)
             for result in request_parameters_results(endpoints, models, named):
                 report.results.append(result)
                 on_result(result)
         if fuzz_cases:
+            on_phase(f"fuzzing: {len(fuzz_cases)} requests")
             fuzz_report = run_fuzz(fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
-            report.results += fuzz_report.as_results()
+            for result in fuzz_report.as_results():
+                report.results.append(result)
+                on_result(result)
         if triton.running:
             report.statistics = server_statistics(endpoints, [m.name for m in project.models])
         unanswering = _unanswering_stubs(report.results)
         alive_stubs = triton.python_stubs() if unanswering else None
-    report.results += _stub_results(unanswering, alive_stubs, triton)
+    late = _stub_results(unanswering, alive_stubs, triton)
     if triton.sanitizer_runtimes:
-        report.results.append(_sanitizer_result(triton))
+        late.append(_sanitizer_result(triton))
+    for result in late:
+        report.results.append(result)
+        on_result(result)
     return report
 
 

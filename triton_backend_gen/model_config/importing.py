@@ -45,6 +45,22 @@ class ImportedModel:
     gpu: bool  # an instance group runs on GPUs
     files: dict[str, bytes] = field(default_factory=dict)  # label files, by path in the model's directory
     notes: tuple[str, ...] = ()  # what the user should know: fields left out, placeholder labels
+    declared_name: str = ""  # the config's own name: field ("" when it has none)
+    declared_backend: str = ""  # "backend 'onnxruntime'" or "platform 'onnxruntime_onnx'" ("" for neither)
+
+    def changes(self, name: str, backend: str) -> list[str]:
+        """What the generated config.pbtxt, which names the model ``name`` served by ``backend``, changed of
+        the imported one, and why."""
+        said = []
+        if not self.declared_name:
+            said.append(f"name: the config has none; the model is named {name!r} after its directory")
+        elif self.declared_name != name:
+            said.append(f"name: {self.declared_name!r} became {name!r} (--model-name)")
+        if self.declared_backend != f"backend {backend!r}":
+            was = self.declared_backend or "no backend"
+            said.append(f"{was} became backend {backend!r}: the generated backend serves the model now (Triton "
+                        "loads a model with the backend its config names)")
+        return said
 
     def answers(self, template: str) -> dict[str, Any]:
         """The answers of ``tbgen new`` this model implies for ``template``."""
@@ -91,11 +107,13 @@ def import_config(path: Path, template: str) -> ImportedModel:
                      "generated model; add it back once it is)")
     if template != "cpp-backend" and any(t.reshape == () for t in imported.inputs):
         notes.append("an input is reshaped to a scalar: the python backend of 24.10 crashes the server on an empty "
-                     "request to such an input (tbgen test --fuzz finds it); the cpp-backend template serves it")
+                     "request to such an input (`tbgen test --fuzz 100` finds it); the cpp-backend template serves it")
     files, label_notes = _label_files(path.parent, imported.outputs)
     gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
+    declared_backend = (f"backend {config.backend!r}" if config.backend
+                        else f"platform {config.platform!r}" if config.platform else "")
     return ImportedModel(name, path, imported, config.max_batch_size, decoupled, gpu, files,
-                         tuple(notes + label_notes))
+                         tuple(notes + label_notes), config.name, declared_backend)
 
 
 def _tensor(tensor: Any, *, output: bool) -> signature.Tensor:

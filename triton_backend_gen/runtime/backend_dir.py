@@ -65,7 +65,7 @@ def project_backend_dir(project: Project) -> Path | None:
         if not (directory / "model.py").is_file():
             raise ServerError(
                 f"The Python-based backend of {project.name} is missing: {directory / 'model.py'} does not exist.",
-                "Restore backends/<backend>/model.py, or render the project again with `tbgen new --force`.",
+                f"Restore {directory.relative_to(project.root) / 'model.py'} from version control.",
             )
         return directory
     return None

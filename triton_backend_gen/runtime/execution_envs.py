@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from triton_backend_gen.engine import CONTAINER_HOME, ROLE_CHECK, connect, ensure_image, labels, run_container
-from triton_backend_gen.errors import ConfigError, TbgenError
+from triton_backend_gen.errors import ServerError, TbgenError
 from triton_backend_gen.model_config import load_model_config
 from triton_backend_gen.model_config.execution_env import PackedEnv, env_file, env_problems, read_packed_env
 from triton_backend_gen.runtime.container import ContainerServer
@@ -35,14 +35,14 @@ def packed_envs(repository: Path) -> list[tuple[str, Path, PackedEnv | None]]:
 
 
 def check_execution_envs(triton: TritonServer, repository: Path, log_dir: Path) -> None:
-    """ConfigError naming every packed environment ``triton`` could not run, with the command that packs it
+    """ServerError naming every packed environment ``triton`` could not run, with the command that packs it
     for that server; nothing when no model has one."""
     if isinstance(triton, ContainerServer):
         check_envs_in_image(repository, triton.image, log_dir)
     elif isinstance(triton, LocalServer) and triton.layout.python_version is not None:
         envs = packed_envs(repository)
         existing = {e.interpreter for _, _, e in envs if e is not None and os.path.exists(e.interpreter)}
-        _refuse_misfits(envs, triton.layout.python_version, existing, "this machine", "tbgen env pack")
+        _refuse_misfits(envs, triton.layout.python_version, existing, "this machine", "")
 
 
 def check_envs_in_image(repository: Path, image: str, log_dir: Path) -> None:
@@ -50,11 +50,13 @@ def check_envs_in_image(repository: Path, image: str, log_dir: Path) -> None:
     envs = packed_envs(repository)
     if envs:
         python, existing = _probe_image(image, [e.interpreter for _, _, e in envs if e is not None], log_dir)
-        _refuse_misfits(envs, python, existing, f"image {image}", f"tbgen env pack --docker --image {image}")
+        _refuse_misfits(envs, python, existing, f"image {image}", f" --docker --image {image}")
 
 
 def _refuse_misfits(envs: list[tuple[str, Path, PackedEnv | None]], python: str, existing: set[str], where: str,
-                    fix: str) -> None:
+                    pack_options: str) -> None:
+    """ServerError listing the environments that do not fit ``python`` at ``where``; the fix packs the first
+    model's with ``pack_options`` (" --docker --image I" for an image)."""
     problems = []
     for model, tarball, env in envs:
         if env is None:
@@ -63,10 +65,10 @@ def _refuse_misfits(envs: list[tuple[str, Path, PackedEnv | None]], python: str,
         problems += [f"{model}: {tarball.name}: {problem}"
                      for problem in env_problems(env, python, env.interpreter in existing, where)]
     if problems:
-        models = sorted({problem.split(":")[0] for problem in problems})
-        raise ConfigError("A model's Python environment does not fit this server:\n  " + "\n  ".join(problems),
-                          f"Pack it for this server: {fix}" + "".join(f" --model {m}" for m in models[:1])
-                          + " (it builds the environment where the server's stub will run it).")
+        first = sorted({problem.split(":")[0] for problem in problems})[0]
+        raise ServerError("A model's Python environment does not fit this server:\n  " + "\n  ".join(problems),
+                          f"Pack it for this server: `tbgen env pack{pack_options} --model {first}` (it builds the "
+                          "environment where the server's stub will run it).")
 
 
 def _probe_image(image: str, interpreters: list[str], log_dir: Path) -> tuple[str, set[str]]:
@@ -79,6 +81,6 @@ def _probe_image(image: str, interpreters: list[str], log_dir: Path) -> tuple[st
     status = run_container(client, spec, log_file)
     lines = log_file.read_text(errors="replace").split()
     if status != 0 or not lines:
-        raise ConfigError(f"Could not run python3 in {image} (exit {status}); see {log_file}.",
+        raise ServerError(f"Could not run python3 in {image} (exit {status}); see {log_file}.",
                           "The image needs python3 for the python backend's environments.")
     return lines[0], set(lines[1:])

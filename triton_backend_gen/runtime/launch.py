@@ -16,13 +16,14 @@ from typing import Any
 from triton_backend_gen import versions
 from triton_backend_gen.discovery import find_tritonserver, gpus_visible
 from triton_backend_gen.engine import default_image
-from triton_backend_gen.errors import ServerError
+from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.backend_dir import assemble_backend_dir, project_backend_dir
 from triton_backend_gen.runtime.container import ContainerServer, server_mounts
 from triton_backend_gen.runtime.execution_envs import check_execution_envs
 from triton_backend_gen.runtime.instance_kind import gpu_models, run_repository
-from triton_backend_gen.runtime.local import LocalServer, release_mismatch
+from triton_backend_gen.runtime.local import LocalServer
+from triton_backend_gen.runtime.release_note import release_note
 from triton_backend_gen.runtime.server import ServerOptions, TritonServer
 
 RUN_REPOSITORY = "models"  # <work dir>/models: a run's rewritten copy (never called model_repository)
@@ -70,10 +71,21 @@ def _work_dir_and_repository(target: Project | Path) -> tuple[Path, Path]:
     """(where the run's files go, the model repository) of a project or a bare model repository."""
     if isinstance(target, Project):
         return target.runtime_dir, target.model_repository
-    if Path(target).is_dir():
+    if is_model_repository(Path(target)):
         return Path(tempfile.mkdtemp(prefix="tbgen-server-")), Path(target).resolve()
-    raise ServerError(f"{target} is neither a tbgen project nor a model repository directory.",
-                      "Pass a project made by `tbgen new`, or a directory of models.")
+    raise UsageError(f"{target} is neither a tbgen project (no tbgen.toml here or above) nor a model repository "
+                     "(a directory of model directories, each with a config.pbtxt or a version directory).",
+                     "Run it in a project made by `tbgen new`, or pass a project or a model repository.")
+
+
+def is_model_repository(path: Path) -> bool:
+    """Whether ``path`` is a directory holding at least one model: a directory with a config.pbtxt or a
+    numbered version directory."""
+    if not path.is_dir():
+        return False
+    return any(model.is_dir() and ((model / "config.pbtxt").is_file()
+                                   or any(v.is_dir() and v.name.isdigit() for v in model.iterdir()))
+               for model in path.iterdir())
 
 
 def _run_copy(repository: Path, dest: Path, kind: str, notes: list[str]) -> Path:
@@ -97,10 +109,7 @@ def _local_server(project: Project | None, options: ServerOptions, work_dir: Pat
                   python: Path) -> LocalServer:
     install = find_tritonserver(server)
     triton = LocalServer(install, assemble_backend_dir(install, work_dir, project, python), options)
-    mismatch = release_mismatch(project, install) if project is not None else None
-    if mismatch is not None:
-        warning, text = mismatch
-        (triton.warnings if warning else triton.notes).append(text)
+    triton.release_note = release_note(project, install) if project is not None else None
     return triton
 
 

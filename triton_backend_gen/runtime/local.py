@@ -247,27 +247,3 @@ def _remove_stale_shm_regions() -> None:
                 region.unlink()
             except OSError:
                 pass
-
-
-def release_mismatch(project: Project, install: ServerInstall) -> tuple[bool, str] | None:
-    """(whether it is a warning, the text) when the server is not of the project's release, else None.
-
-    A server of another release with the same backend API (major equal, minor at least the project's) loads
-    the project's backend: that is said as a note, not a warning."""
-    target, release = project.release, install.release
-    if release == target:
-        return None
-    if release is None:
-        return True, (f"tritonserver {install.version} ({install.source}) is not a release tbgen knows; "
-                      f"{project.name} targets Triton {target.container}.")
-    what = (f"{project.name} targets Triton {target.container} (tritonserver {target.server_version}); this server "
-            f"is release {release.container} (tritonserver {install.version}, {install.source}).")
-    fix = (f"To run on {target.container} itself: --server PATH (a {target.container} tritonserver) or --docker "
-           f"(its image); or retarget the project (tbgen new --triton-version {release.container} --answers "
-           "tbgen.toml).")
-    (major, minor), (server_major, server_minor) = target.backend_api, release.backend_api
-    if major == server_major and server_minor >= minor:
-        return False, (f"{what} Both speak backend API {server_major}.{server_minor}, so the backend loads and "
-                       f"the results hold; what {target.container} added is not exercised. {fix}")
-    return True, (f"{what} The project is built for backend API {major}.{minor}, the server speaks "
-                  f"{server_major}.{server_minor}: the backend may refuse to load. {fix}")

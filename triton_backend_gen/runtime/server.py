@@ -23,9 +23,12 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, TYPE_CHECKING, Self
 
 from triton_backend_gen.errors import ServerError
+
+if TYPE_CHECKING:
+    from triton_backend_gen.runtime.release_note import ReleaseNote
 
 LOOPBACK = "127.0.0.1"
 _POLL_S = 0.05
@@ -130,6 +133,7 @@ class TritonServer(abc.ABC):
         self.options = options
         self.warnings: list[str] = []
         self.notes: list[str] = []  # what tbgen changed for this run (e.g. the instance kind), for the output
+        self.release_note: ReleaseNote | None = None  # the server is not of the project's release
         self.server_id = f"tbgen-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.ports: Ports | None = None
         self.sanitizer_runtimes: tuple[Path, ...] = ()  # preloaded into the server (a sanitizer build)

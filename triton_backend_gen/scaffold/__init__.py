@@ -37,11 +37,12 @@ from triton_backend_gen.scaffold.record import (
     write_file,
     write_record_atomically,
 )
+from triton_backend_gen.scaffold.remove import Removal, remove_model
 from triton_backend_gen.scaffold.render import render_project
 from triton_backend_gen.scaffold.templates import Option, get_template, list_templates
 
 __all__ = ["add_model", "Recipe", "Record", "read_record", "render_recipe", "ExampleModel", "ImportedModel",
-           "import_config", "render_new_project", "write_example_model", "parse_set_options",
+           "remove_model", "Removal", "import_config", "render_new_project", "write_example_model", "parse_set_options",
            "read_answers_file", "resolve_answers", "render_project", "get_template", "list_templates"]
 
 
@@ -66,7 +67,7 @@ def render_new_project(
     if "project_name" in given and str(given["project_name"]).strip() != name:
         raise AnswerError(
             f"project_name {given['project_name']!r} differs from the name of the project directory {name!r}.",
-            "The project's name is the last part of PATH (tbgen new PATH): leave project_name out of --set and "
+            "The project's name is the last part of the path `tbgen new` is given: leave project_name out of --set and "
             "answers files.",
         )
     carried: dict[str, bytes] = {}
@@ -130,11 +131,11 @@ def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path)
     if edited:
         listed = ", ".join(edited[:8]) + (f" and {len(edited) - 8} more" if len(edited) > 8 else "")
         raise UsageError(
-            f"{target} is a tbgen project, and `tbgen new --force` would replace {len(edited)} file(s) you "
+            f"{target} is a tbgen project, and `tbgen new` with --force would replace {len(edited)} file(s) you "
             f"edited: {listed}.",
-            "To move the project to other answers or a newer release and keep your edits: tbgen update "
-            "(--set key=value, --triton-version V; --dry-run shows the plan). To discard your edits, delete those "
-            "files first.")
+            "To move the project to other answers or a newer release and keep your edits: `tbgen update --dry-run` "
+            "shows the plan, `tbgen update` applies it (with --set key=value or --triton-version for other answers "
+            "or releases). To discard your edits, delete those files first.")
 
 
 class _RecordingPrompter:

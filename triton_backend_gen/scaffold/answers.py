@@ -87,7 +87,7 @@ def _model_answers(models: Any, path: Path) -> dict[str, Any]:
     if not isinstance(models, list) or len(models) != 1 or not isinstance(models[0], dict):
         count = len(models) if isinstance(models, list) else 0
         raise UsageError(
-            f"{path}: [[models]] must hold one model for tbgen new, got {count or repr(models)}.",
+            f"{path}: [[models]] must hold one model for `tbgen new`, got {count or repr(models)}.",
             'Example: [[models]] name = "txt", then [[models.inputs]] and [[models.outputs]] tables.',
         )
     model = models[0]
@@ -336,8 +336,8 @@ def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     if answers.get("custom_metrics") and answers.get("pattern", "none") != "none":
         raise AnswerError("custom_metrics instruments a model that computes; the C++ BLS router only forwards "
                           "requests and answers them in completion callbacks.",
-                          "Drop --set custom_metrics=yes or --pattern bls; `tbgen add model NAME --set "
-                          "custom_metrics=yes` adds an instrumented model to the project.")
+                          "Drop --set custom_metrics=yes or --pattern bls; `tbgen add model` with --set custom_metrics=yes "
+                          "adds an instrumented model to the project once it exists.")
     given = signature.from_context(answers.get("signature"))
     python = template.name == "python-backend" or answers.get("language") == "python"
     _check_sequence(answers, given, python)

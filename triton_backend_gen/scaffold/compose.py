@@ -13,12 +13,15 @@ ensemble's core), then grown in the staging directory before it is moved into pl
 
 The C++ BLS is the exception: the cpp-backend template renders it (pattern=bls) and its callees are Python
 add/sub models. ``tbgen add model`` does the same into an existing project and writes only new files and
-tbgen.toml's new entries.
+tbgen.toml's new entries (after its last [[models]] entry: scaffold.model_entries); a model the project's C++
+library would serve must have the tensors the library was generated for.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import tempfile
 import tomllib
@@ -35,7 +38,7 @@ from triton_backend_gen import signature
 from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.model_config import load_model_config
 from triton_backend_gen.project import Project
-from triton_backend_gen.scaffold import naming
+from triton_backend_gen.scaffold import model_entries, naming
 from triton_backend_gen.scaffold.answers import resolve_answers
 from triton_backend_gen.scaffold.render import render_into
 from triton_backend_gen.scaffold.templates import Template, get_template, templates_dir
@@ -204,7 +207,7 @@ class Grower:
             "name": comp.top, "callees": list(comp.callees), "selector": comp.selector, "inputs": inputs,
             "outputs": outputs, "take": {o: comp.callees[i % len(comp.callees)] for i, o in enumerate(outputs)},
             "callee": comp.callees[0], "output_tensors": [_tensor_context(t) for t in callee.output],
-            **_loader_context(references, top_reference),
+            **_loader_context(references, top_reference, comp.callees),
         }
         if comp.pattern == "bls-decoupled":
             blocked = [t.name for t in callee.output if t.data_type == model_config_pb2.TYPE_STRING]
@@ -218,7 +221,7 @@ class Grower:
         _write_model(root, config, f"BLS model {comp.top}: {header} (1/model.py).",
                      _render(f"{kind}.py.j2", context))
         _write_new(root / top_reference, _render(f"reference_{kind}.py.j2", context))
-        return [_entry(comp.top, pattern=comp.pattern, reference=top_reference, calls=comp.callees)]
+        return [model_entries.entry(comp.top, pattern=comp.pattern, reference=top_reference, calls=comp.callees)]
 
     def _ensemble(self, root: Path, references: dict[str, str], top_reference: str) -> list[str]:
         comp = self.composition
@@ -250,12 +253,12 @@ class Grower:
             if mbs > 0:
                 config.dynamic_batching.SetInParent()
             context = {"name": step, "role": role, "ensemble": comp.top, "core": core_name, "mapping": mapping,
-                       "sources": to_post, **_loader_context(references, f"references/{step}.py")}
+                       "sources": to_post, **_loader_context(references, f"references/{step}.py", (core_name,))}
             _write_model(root, config, f"The {role} step of ensemble {comp.top} (1/model.py).",
                          _render("step.py.j2", context))
             _write_new(root / "references" / f"{step}.py", _render("reference_step.py.j2", context))
             references[step] = f"references/{step}.py"
-            entries.append(_entry(step, reference=f"references/{step}.py"))
+            entries.append(model_entries.entry(step, reference=f"references/{step}.py"))
         config = model_config_pb2.ModelConfig(name=comp.top, platform="ensemble", max_batch_size=mbs)
         for t in core.input:
             config.input.add(name=t.name, data_type=t.data_type, dims=t.dims)
@@ -275,9 +278,10 @@ class Grower:
         _write_model(root, config, f"Ensemble {comp.top}: {pre} -> {core_name} -> {post}; each step's input_map "
                      "reads ensemble tensors by the step's own input names, output_map names what it writes.", None)
         context = {"name": comp.top, "pre": pre, "core": core_name, "post": post, "to_core": to_core,
-                   "to_post": to_post, **_loader_context(references, top_reference)}
+                   "to_post": to_post, **_loader_context(references, top_reference, comp.callees)}
         _write_new(root / top_reference, _render("reference_ensemble.py.j2", context))
-        return [_entry(comp.top, pattern="ensemble", reference=top_reference, calls=comp.callees), *entries]
+        top = model_entries.entry(comp.top, pattern="ensemble", reference=top_reference, calls=comp.callees)
+        return [top, *entries]
 
 
 def _graft(root: Path, template: Template, answers: dict[str, Any], name: str) -> str:
@@ -293,8 +297,8 @@ def _graft(root: Path, template: Template, answers: dict[str, Any], name: str) -
         decoupled = template.name == "decoupled-backend"
         python = template.name == "python-backend" or answers.get("language") == "python"
         rendered_entry = tomllib.loads((rendered / "tbgen.toml").read_text()).get("models", [{}])[0]
-    return _entry(name, decoupled=decoupled, reference=f"references/{name}.py", python=python,
-                  metrics=tuple(rendered_entry.get("metrics", ())))
+    return model_entries.entry(name, decoupled=decoupled, reference=f"references/{name}.py", python=python,
+                               metrics=tuple(rendered_entry.get("metrics", ())))
 
 
 def _python_answers(python: Template, answers: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -311,9 +315,10 @@ def _tensor_context(tensor: Any) -> dict[str, Any]:
             "empty_shape": [1 if d == -1 else d for d in tensor.dims]}
 
 
-def _loader_context(references: Mapping[str, str], own: str) -> dict[str, Any]:
-    """What step_loader.j2 needs: where the references are, from the reference at ``own``."""
-    return {"paths": dict(references), "depth": own.count("/")}
+def _loader_context(references: Mapping[str, str], own: str, needed: tuple[str, ...]) -> dict[str, Any]:
+    """What step_loader.j2 needs: where the references of the ``needed`` models are (only those: a model that
+    comes or goes changes no other's reference), from the reference at ``own``."""
+    return {"paths": {model: references[model] for model in needed}, "depth": own.count("/")}
 
 
 def _render(name: str, context: Mapping[str, Any]) -> str:
@@ -365,45 +370,17 @@ def _move(source: Path, dest: Path) -> None:
     source.rename(dest)
 
 
-def _entry(name: str, *, decoupled: bool = False, pattern: str = "", reference: str, python: bool = True,
-           calls: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> str:
-    """A [[models]] entry; ``python``: served by Triton's python backend (``backend = "python"``); ``calls``:
-    the models a composed model sends requests to; ``metrics``: the custom metric families it publishes."""
-    lines = ["[[models]]", f'name = "{name}"', f"decoupled = {'true' if decoupled else 'false'}"]
-    if metrics:
-        lines.append(f"metrics = {json.dumps(list(metrics))}")
-    if pattern:
-        lines.append(f'pattern = "{pattern}"')
-    if calls:
-        lines.append(f"calls = {json.dumps(list(calls))}")
-    if python and pattern != "ensemble":
-        lines.append('backend = "python"')
-    lines.append(f'reference = "{reference}"')
-    return "\n".join(lines) + "\n"
-
-
-def _set_entry_line(root: Path, model: str, entry: str) -> None:
-    """Add the line ``entry`` to the [[models]] entry of ``model`` in the rendered tbgen.toml."""
+def _set_entry_line(root: Path, model: str, line: str) -> None:
+    """Add ``line`` to the [[models]] entry of ``model`` in the tbgen.toml being grown under ``root``."""
     file = root / "tbgen.toml"
-    text = file.read_text()
-    line = f'name = "{model}"\n'
-    if line not in text:
-        raise ScaffoldError(f"The rendered tbgen.toml has no [[models]] entry for {model}.", "This is a bug.")
-    file.write_text(text.replace(line, f"{line}{entry}\n", 1))
+    file.write_text(model_entries.set_entry_line(file.read_text(), model, line))
 
 
 def _add_entries(root: Path, entries: list[str], *, first: bool = False) -> None:
-    """Add [[models]] entries to tbgen.toml: ``first``: the first of them before the template's model."""
-    if not entries:
-        return
+    """Add [[models]] entries to the tbgen.toml being grown under ``root`` (``first``: the first of them before
+    the template's model)."""
     file = root / "tbgen.toml"
-    text = file.read_text()
-    if first and "\n[[models]]\n" in text:
-        head, _, tail = text.partition("\n[[models]]\n")
-        text = f"{head}\n{entries[0]}\n[[models]]\n{tail}"
-        entries = entries[1:]
-    text = text.rstrip("\n") + "\n" + "".join(f"\n{entry}" for entry in entries)
-    file.write_text(text)
+    file.write_text(model_entries.add_entries(file.read_text(), entries, first=first))
 
 
 # ---- tbgen add model ------------------------------------------------------------------------------------
@@ -413,12 +390,10 @@ def add_model(project: Project, name: str, template: str | None, given: Mapping[
     """Add model ``name`` (with ``given['pattern']``: a composed model and the callees the project lacks) to
     ``project``; returns the files written. Only new files are written, and tbgen.toml gains their entries;
     nothing is written when anything fails."""
-    template = template or project.template
-    spec = get_template(template)
+    spec = get_template(template or project.template)
     recorded = tomllib.loads(project.project_file.read_text()).get("answers", {})
     base = {k: v for k, v in recorded.items() if spec.option(k) is not None and k not in ("model_name", "pattern")}
-    given = {**given, "model_name": name}
-    composition, rest = plan(template, given)
+    composition, rest = plan(spec.name, {**given, "model_name": name})
     if composition is None and any(m.name == name for m in project.models):
         raise UsageError(f"{project.name} has a model {name!r} already.", "Choose another name.")
     answers = resolve_answers(spec, {**base, **rest, "project_name": project.name, "backend_name": project.backend})
@@ -433,20 +408,11 @@ def add_model(project: Project, name: str, template: str | None, given: Mapping[
                              f'Add a [[models]] entry for it with reference = "references/{model}.py".')
     with tempfile.TemporaryDirectory(prefix=".tbgen-add-", dir=project.root) as scratch:
         staging = Path(scratch)
-        shutil.copy2(project.project_file, staging / "tbgen.toml")
-        for model in project.models:
-            if model.config_file.is_file():
-                (staging / "model_repository" / model.name).mkdir(parents=True)
-                shutil.copy2(model.config_file, staging / "model_repository" / model.name / "config.pbtxt")
-        before = {p for p in staging.rglob("*") if p.is_file()}
-        if composition is not None:
-            Grower(composition, answers, existing, fresh_project=False).grow(staging)
-        else:
-            _add_entries(staging, [_graft(staging, spec, answers, name)])
-        written = sorted(p for p in staging.rglob("*") if p.is_file() and p not in before)
-        clashes = [project.root / p.relative_to(staging) for p in written if (project.root / p.relative_to(staging)).exists()]
+        written = _grow_staging(project, staging, composition, answers, existing, spec, name)
+        _check_library_tensors(project, staging, written, AddCommand(name, template, dict(given)))
+        clashes = [dest for dest in (project.root / p.relative_to(staging) for p in written) if dest.exists()]
         if clashes:
-            raise UsageError(f"{clashes[0]} already exists; tbgen add model writes only new files.",
+            raise UsageError(f"{clashes[0]} already exists; `tbgen add model` writes only new files.",
                              "Choose other model names, or move the file away.")
         for file in written:
             dest = project.root / file.relative_to(staging)
@@ -454,6 +420,22 @@ def add_model(project: Project, name: str, template: str | None, given: Mapping[
             shutil.copy2(file, dest)
         shutil.copy2(staging / "tbgen.toml", project.project_file)
         return [project.root / p.relative_to(staging) for p in written]
+
+
+def _grow_staging(project: Project, staging: Path, composition: Composition | None, answers: dict[str, Any],
+                  existing: Mapping[str, str], spec: Template, name: str) -> list[Path]:
+    """Grow a copy of the project's tbgen.toml and configs in ``staging`` by the new models; the files written."""
+    shutil.copy2(project.project_file, staging / "tbgen.toml")
+    for model in project.models:
+        if model.config_file.is_file():
+            (staging / "model_repository" / model.name).mkdir(parents=True)
+            shutil.copy2(model.config_file, staging / "model_repository" / model.name / "config.pbtxt")
+    before = {p for p in staging.rglob("*") if p.is_file()}
+    if composition is not None:
+        Grower(composition, answers, existing, fresh_project=False).grow(staging)
+    else:
+        _add_entries(staging, [_graft(staging, spec, answers, name)])
+    return sorted(p for p in staging.rglob("*") if p.is_file() and p not in before)
 
 
 def _check_served_by(project: Project, spec: Template, answers: Mapping[str, Any], recorded: Mapping[str, Any]) -> None:
@@ -470,3 +452,97 @@ def _check_served_by(project: Project, spec: Template, answers: Mapping[str, Any
     if differ:
         raise UsageError(f"{project.name}'s library is built for its own tensors; this model differs in "
                          f"{', '.join(differ)}.", "Add it with the project's answers, or as a python-backend model.")
+
+
+# ---- the tensors of the project's C++ library -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AddCommand:
+    """A `tbgen add model` command as the user gave it (to print it again with other tensors)."""
+
+    name: str
+    template: str | None
+    given: dict[str, Any]
+
+    def line(self, project: Project, tensors: signature.Signature, template: str | None = None,
+             settings: Mapping[str, str] | None = None) -> str:
+        """The command with ``tensors`` as its --input/--output flags (and ``template`` and ``settings`` instead of
+        the user's)."""
+        template = template or self.template
+        words = ["tbgen", "add", "model", self.name, *(["--template", template] if template else [])]
+        if self.given.get("pattern"):
+            words += ["--pattern", str(self.given["pattern"])]
+        spec = get_template(template or project.template)
+        kept = {key: _flag_value(value) for key, value in self.given.items()
+                if key in ("callees", "selector") or (key not in ("pattern", "signature") and spec.option(key))}
+        for key, value in {**kept, **(settings or {})}.items():
+            words += ["--set", f"{key}={value}"]
+        for side, flag in ((tensors.inputs, "--input"), (tensors.outputs, "--output")):
+            for tensor in side:
+                words += [flag, tensor.flag()]
+        here = Path.cwd().resolve()
+        if project.root.resolve() != here:
+            words += ["--project", os.path.relpath(project.root.resolve(), here)]
+        return shlex.join(words)
+
+
+def _flag_value(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _check_library_tensors(project: Project, staging: Path, written: list[Path], command: AddCommand) -> None:
+    """A model served by the project's C++ library must have the library's tensors: the library was generated for
+    those of the project's own model, and refuses a config.pbtxt with any others when the model loads."""
+    if not project.is_cpp:
+        return
+    served = [m.name for m in project.models if _library_signature(project, staging, m.name) is not None]
+    if not served:
+        return
+    library = _library_signature(project, staging, served[0])
+    new_models = sorted({p.relative_to(staging).parts[1] for p in written
+                         if p.relative_to(staging).parts[0] == "model_repository"})
+    for model in new_models:
+        tensors = _library_signature(project, staging, model)
+        if tensors is None or _same_tensors(tensors, library):
+            continue
+        raise UsageError(
+            f"Model {model!r} would be served by {project.name}'s C++ library (backend {project.backend!r}), "
+            f"which was generated for the tensors of model {served[0]!r}: {library.describe()}; {model!r} has "
+            f"{tensors.describe()}, and the library would refuse it when it loads. A model of the project's C++ "
+            "library must have the library's tensors.",
+            f"Give it the library's tensors: `{command.line(project, library)}`\n"
+            f"or serve it with Triton's python backend: `{command.line(project, tensors, *_python_twin(project))}`")
+
+
+def _python_twin(project: Project) -> tuple[str, dict[str, str]]:
+    """The template (and its settings) of a model like the project's, served by Triton's python backend: a
+    decoupled one for a decoupled project."""
+    if project.template == "decoupled-backend":
+        return "decoupled-backend", {"language": "python"}
+    return "python-backend", {}
+
+
+def _library_signature(project: Project, staging: Path, model: str) -> signature.Signature | None:
+    """The tensors of ``model`` (in ``staging``) when the project's C++ library serves it, else None."""
+    file = staging / "model_repository" / model / "config.pbtxt"
+    if not file.is_file():
+        return None
+    config = load_model_config(file)
+    if config.backend != project.backend:
+        return None
+    return signature.Signature(tuple(_flag_tensor(t, output=False) for t in config.input),
+                               tuple(_flag_tensor(t, output=True) for t in config.output))
+
+
+def _flag_tensor(tensor: Any, *, output: bool) -> signature.Tensor:
+    wire = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
+    return signature.Tensor(tensor.name, "BYTES" if wire == "STRING" else wire, tuple(tensor.dims),
+                            optional=bool(not output and tensor.optional),
+                            reshape=tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None)
+
+
+def _same_tensors(a: signature.Signature, b: signature.Signature) -> bool:
+    """The same tensors, in any order (the library looks each one up by name)."""
+    return all(sorted(x, key=lambda t: t.name) == sorted(y, key=lambda t: t.name)
+               for x, y in ((a.inputs, b.inputs), (a.outputs, b.outputs)))

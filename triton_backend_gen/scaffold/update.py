@@ -101,8 +101,8 @@ def merge_text(yours: bytes, base: bytes, theirs: bytes, labels: Labels) -> tupl
         return None, 0
     git = shutil.which("git")
     if git is None:
-        raise UsageError("tbgen update merges your edits with `git merge-file`, and git is not on PATH.",
-                         "Install git (Debian/Ubuntu: apt-get install git), then run tbgen update again.")
+        raise UsageError("`tbgen update` merges your edits with `git merge-file`, and git is not on PATH.",
+                         "Install git (Debian/Ubuntu: apt-get install git), then run `tbgen update` again.")
     with tempfile.TemporaryDirectory(prefix="tbgen-merge-") as scratch:
         paths = []
         for name, data in (("yours", yours), ("base", base), ("theirs", theirs)):
@@ -114,7 +114,7 @@ def merge_text(yours: bytes, base: bytes, theirs: bytes, labels: Labels) -> tupl
             capture_output=True, check=False)
     if result.returncode < 0 or result.returncode > 127:
         raise UsageError(f"git merge-file failed: {result.stderr.decode(errors='replace').strip()}",
-                         "Check that git works (git --version), then run tbgen update again.")
+                         "Check that git works (git --version), then run `tbgen update` again.")
     return result.stdout, result.returncode
 
 
@@ -133,7 +133,7 @@ def apply_update(root: Path, changes: list[Change], record: Record) -> None:
         except OSError as err:
             _roll_back(journal, created)
             raise ScaffoldError(f"Cannot write {err.filename or root}: {err.strerror or err}; the project is as it "
-                                "was.", "Free space or fix the permissions, then run tbgen update again.") from err
+                                "was.", "Free space or fix the permissions, then run `tbgen update` again.") from err
         except BaseException:
             _roll_back(journal, created)
             raise

@@ -35,10 +35,14 @@ case sends, over raw HTTP and gRPC).
 """
 
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT, bad_requests, plan_smoke, served_configs
-from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints, ModelStatistics, server_statistics
+from triton_backend_gen.smoke.clients import (
+    REQUEST_TIMEOUT_S,
+    Endpoints,
+    ModelStatistics,
+    output_arrays,
+    server_statistics,
+)
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences, is_exact_dtype, output_mismatches
-from triton_backend_gen.smoke.metrics import custom_metrics_results, scrape
-from triton_backend_gen.smoke.parameters import request_parameters_results
 from triton_backend_gen.smoke.fuzz import (
     GRPC_POOL_FACTOR,
     FuzzReport,
@@ -55,6 +59,7 @@ from triton_backend_gen.smoke.fuzz_requests import (
     fuzz_tensors,
     run_fuzz_case,
 )
+from triton_backend_gen.smoke.metrics import custom_metrics_results, scrape
 from triton_backend_gen.smoke.model import (
     ModelSpec,
     SmokeError,
@@ -65,6 +70,7 @@ from triton_backend_gen.smoke.model import (
     load_reference,
     model_spec,
 )
+from triton_backend_gen.smoke.parameters import request_parameters_results
 from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, run_smoke, write_junit_xml
 
 __all__ = [
@@ -75,10 +81,10 @@ __all__ = [
     "REQUEST_TIMEOUT_S",
     "UNKNOWN_INPUT",
     "Endpoints",
-    "ModelStatistics",
     "FuzzCase",
     "FuzzReport",
     "ModelSpec",
+    "ModelStatistics",
     "SmokeCheck",
     "SmokeError",
     "SmokeResult",
@@ -96,15 +102,16 @@ __all__ = [
     "memory_limit",
     "memory_of",
     "model_spec",
+    "output_arrays",
     "output_mismatches",
     "plan_fuzz",
     "plan_smoke",
+    "request_parameters_results",
     "run_fuzz",
     "run_fuzz_case",
-    "request_parameters_results",
     "run_smoke",
     "scrape",
-    "server_statistics",
     "served_configs",
+    "server_statistics",
     "write_junit_xml",
 ]

@@ -24,6 +24,7 @@ from triton_backend_gen.smoke.clients import (
     is_final,
     model_counts,
     open_client,
+    output_arrays,
     timeout_kwargs,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences
@@ -266,7 +267,7 @@ def _assert_stream_matches(spec: ModelSpec, reference: ModuleType, results: list
     if len(data) != len(expected):
         raise AssertionError(f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}")
     for index, (result, want) in enumerate(zip(data, expected)):
-        got = {name: result.as_numpy(name) for name in want}
+        got = output_arrays(result, want)
         assert_outputs_match(got, want, reference.TOLERANCE, f"{context}, response {index}")
 
 
@@ -377,7 +378,7 @@ def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str
                 raise AssertionError(f"a request with {what} was answered instead of refused")
     with open_client(protocol, endpoints) as client:
         assert_healthy(client, spec, protocol, f"a request with {what}")
-    return f"refused: {message[:120]}"
+    return f"refused: {message}"
 
 
 def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
@@ -390,7 +391,7 @@ def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, proto
         else:
             raise AssertionError("a decoupled model answered a non-streaming request")
         assert_healthy(client, spec, protocol, "a non-streaming request")
-    return f"refused: {message[:120]}"
+    return f"refused: {message}"
 
 
 # ---- Planning -------------------------------------------------------------------------------------------
@@ -409,7 +410,7 @@ def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Pa
     plan = []
     for reference, spec, config in specs:
         prefix = f"{spec.name}: " if len(specs) > 1 else ""
-        plan += [SmokeCheck(prefix + c.name, c.protocol, c.run) for c in _plan_model(spec, config, reference)]
+        plan += [SmokeCheck(prefix + c.name, c.protocol, c.run, c.waits) for c in _plan_model(spec, config, reference)]
     return plan
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Self
@@ -13,7 +13,7 @@ from typing import Any, Self
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import np_to_triton_dtype
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from triton_backend_gen.smoke.model import ModelSpec
 
@@ -80,6 +80,25 @@ def infer_inputs(protocol: str, inputs: dict[str, np.ndarray], datatypes: Mappin
     return tensors
 
 
+def output_array(result: Any, name: str) -> np.ndarray | None:
+    """Output ``name`` of a tritonclient result (HTTP or gRPC) as numpy, None when the response lacks it.
+
+    An empty tensor keeps its declared datatype: tritonclient's HTTP ``as_numpy`` returns an empty output as
+    float64 whatever its datatype (``np.empty(0)``), so a model answering ``[batch, 0]`` INT64 would read as
+    FP64 over HTTP only."""
+    array = result.as_numpy(name)
+    if array is None or array.size:
+        return array
+    output = result.get_output(name)
+    datatype = output["datatype"] if isinstance(output, dict) else output.datatype
+    return array.astype(triton_to_np_dtype(datatype))
+
+
+def output_arrays(result: Any, names: Iterable[str]) -> dict[str, np.ndarray | None]:
+    """Every output of ``names`` of one result (see output_array)."""
+    return {name: output_array(result, name) for name in names}
+
+
 @dataclass(frozen=True)
 class SequenceFlags:
     """Where a request stands in its sequence: its correlation ID and whether it starts or ends it."""
@@ -111,7 +130,7 @@ def infer(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndar
     """The outputs of one request; a request of a sequence model carries ``sequence`` (default: a sequence of
     its own, one_request_sequence)."""
     result = infer_result(protocol, client, spec, inputs, sequence)
-    return {t.name: result.as_numpy(t.name) for t in spec.outputs}
+    return output_arrays(result, spec.output_names)
 
 
 def infer_result(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndarray],
@@ -179,8 +198,7 @@ class Stream:
     def infer(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
               sequence: SequenceFlags | None = None) -> list[dict[str, np.ndarray]]:
         """The outputs of each data response to one request, in order (AssertionError for an error)."""
-        return [{t.name: r.as_numpy(t.name) for t in spec.outputs}
-                for r in self.infer_results(spec, inputs, request_id, sequence)]
+        return [output_arrays(r, spec.output_names) for r in self.infer_results(spec, inputs, request_id, sequence)]
 
     def infer_results(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
                       sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> list:
@@ -188,7 +206,7 @@ class Stream:
         infer)."""
         self.send(spec, inputs, request_id, sequence, parameters)
         results = self.collect([request_id])[request_id]
-        return [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
+        return [r for r in results if any(r.as_numpy(name) is not None for name in spec.output_names)]
 
     def next(self, timeout: float = REQUEST_TIMEOUT_S):
         """The next (result, error) on the stream."""

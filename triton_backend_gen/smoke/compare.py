@@ -9,6 +9,11 @@ from google.protobuf.descriptor import FieldDescriptor
 
 # ---- Outputs --------------------------------------------------------------------------------------------
 
+# Said when rows agree in number but not in width: a response carries one shape per output, so the rows of a
+# batched output with a -1 dim share one size within a request (and may differ between requests).
+_ROW_WIDTH_RULE = (" (where config.pbtxt gives the output a -1 dim, every row of one request has the same size "
+                   "there, Triton's rule: pad the shorter rows, in the model and in reference.py)")
+
 
 def is_exact_dtype(dtype: np.dtype) -> bool:
     """Integers, booleans and bytes compare exactly; floats within the tolerance."""
@@ -33,7 +38,9 @@ def output_mismatches(
             problems.append(f"{name}: dtype {have.dtype}, expected {want.dtype}")
             continue
         if have.shape != want.shape:
-            problems.append(f"{name}: shape {list(have.shape)}, expected {list(want.shape)}")
+            rows_differ = have.ndim == want.ndim > 1 and have.shape[0] == want.shape[0]
+            rule = _ROW_WIDTH_RULE if rows_differ else ""
+            problems.append(f"{name}: shape {list(have.shape)}, expected {list(want.shape)}{rule}")
             continue
         if is_exact_dtype(want.dtype):
             bad = have != want

@@ -70,6 +70,10 @@ class ModelSpec:
         return [1] if self.sequence is not None else list(range(1, self.max_batch_size + 1))
 
     @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+    @property
     def input_datatypes(self) -> dict[str, str]:
         """Each input's datatype: what a request declares (an array's dtype cannot tell BF16, sent as float32)."""
         return {t.name: t.datatype for t in self.inputs}

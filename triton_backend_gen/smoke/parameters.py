@@ -16,6 +16,7 @@ from triton_backend_gen.smoke.clients import (
     error_text,
     infer_result,
     open_client,
+    output_arrays,
     response_parameters,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match
@@ -51,7 +52,7 @@ def _send(spec: ModelSpec, protocol: str, endpoints: Endpoints, inputs: dict,
     else:
         with open_client(protocol, endpoints) as client:
             results = [infer_result(protocol, client, spec, inputs, parameters=parameters)]
-    return {t.name: results[0].as_numpy(t.name) for t in spec.outputs}, [response_parameters(r) for r in results]
+    return output_arrays(results[0], spec.output_names), [response_parameters(r) for r in results]
 
 
 def check_request_parameters(spec: ModelSpec, reference: ModuleType, parameters: tuple[tuple[str, str], ...],

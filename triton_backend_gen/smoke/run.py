@@ -16,6 +16,7 @@ class SmokeCheck:
     name: str
     protocol: str  # "http", "grpc" or "-" (no server contact)
     run: Callable[[Endpoints], str]  # a short detail on success; raises with a clear message on failure
+    waits: str = ""  # a check that waits on purpose says so ("waits 6.5 s on purpose: ..."), for the output
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,16 @@ def run_smoke(
     endpoints: Endpoints,
     is_healthy: Callable[[], bool] | None = None,
     progress: Callable[[SmokeResult], None] | None = None,
+    on_start: Callable[[SmokeCheck], None] | None = None,
 ) -> list[SmokeResult]:
-    """Run every check in order. ``is_healthy`` (e.g. "the server process is alive and answers") is asked
-    after each check; once it says no, that check fails and the remaining ones are reported as not run."""
+    """Run every check in order (``on_start`` hears of each before it runs, ``progress`` of its result).
+    ``is_healthy`` (e.g. "the server process is alive and answers") is asked after each check; once it says
+    no, that check fails and the remaining ones are reported as not run."""
     results = []
     broken_after: str | None = None
     for check in plan:
+        if on_start is not None and broken_after is None:
+            on_start(check)
         if broken_after is not None:
             result = SmokeResult(check.name, check.protocol, False,
                                  f"not run: the server stopped being healthy during '{broken_after}'", 0.0)

@@ -30,6 +30,8 @@ from triton_backend_gen.smoke.run import SmokeCheck
 INTERLEAVED_SEQUENCES = 8  # the generated sequence models take at least this many at once
 # The idle-timeout check waits out the model's timeout; longer timeouts are not waited for.
 LONGEST_IDLE_WAIT_S = 10.0
+# Past the timeout, how long more: Triton's sequence batcher looks for idle sequences now and then, not at once.
+IDLE_MARGIN_S = 1.5
 
 
 class _Refused(Exception):
@@ -160,7 +162,7 @@ def _check_unknown_sequence(spec: ModelSpec, reference: ModuleType, protocol: st
     with _Connection(spec, protocol, endpoints) as connection:
         message = _assert_refused(connection, inputs, SequenceFlags(new_sequence_id(spec)),
                                   "a request for a sequence that never started")
-    return f"refused: {message[:120]}"
+    return f"refused: {message}"
 
 
 def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
@@ -172,11 +174,11 @@ def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpo
     steps = _steps(spec, reference, 3, seed=90)
     with _Connection(spec, "grpc", endpoints) as connection:
         _run_sequence(connection, reference, steps[:2], sequence_id, end=False, label="before idling: ")
-        time.sleep(idle + 1.5)
+        time.sleep(idle + IDLE_MARGIN_S)
         _assert_refused(connection, steps[2], SequenceFlags(sequence_id),
-                        f"a request {idle + 1.5:g} s after its sequence's last one (past the idle timeout)")
+                        f"a request {idle + IDLE_MARGIN_S:g} s after its sequence's last one (past the idle timeout)")
         _run_sequence(connection, reference, steps[2:], sequence_id, label="started again after the timeout: ")
-    return (f"a sequence idle for {idle + 1.5:g} s was ended (its next request refused); started again, from the "
+    return (f"a sequence idle for {idle + IDLE_MARGIN_S:g} s was ended (its next request refused); started again, from the "
             "initial state")
 
 
@@ -191,5 +193,8 @@ def plan_sequence_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCh
     ]
     plan += [SmokeCheck("request for an unknown sequence", p, partial(_check_unknown_sequence, spec, reference, p))
              for p in protocols]
-    plan.append(SmokeCheck("idle sequence timed out", "grpc", partial(_check_idle_timeout, spec, reference)))
+    idle = spec.sequence.idle_timeout_s
+    waits = (f"waits {idle + IDLE_MARGIN_S:g} s on purpose: a sequence must stay idle past the model's idle timeout "
+             f"({idle:g} s) for Triton to end it" if idle <= LONGEST_IDLE_WAIT_S else "")
+    plan.append(SmokeCheck("idle sequence timed out", "grpc", partial(_check_idle_timeout, spec, reference), waits))
     return plan

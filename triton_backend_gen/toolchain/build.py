@@ -40,9 +40,9 @@ _REPO_TAG = re.compile(r'^\s*set\(\s*TRITON_(COMMON|CORE|BACKEND)_REPO_TAG\s+"?(
 
 Progress = Callable[[int, int, str], None]
 _UNCACHED_HINT = ("Triton's {branch} sources are not in tbgen's cache, and CMake could not clone them (no network?). "
-                  "Fill the cache once: tbgen deps fetch --triton-version {release} (online, or --organization a "
-                  "mirror), or tbgen deps add --from DIR --triton-version {release} (core/, common/, backend/ you "
-                  "have).")
+                  "Fill the cache once: `tbgen deps fetch --triton-version {release}` (online, or with "
+                  "--organization naming a mirror), or register the core/, common/ and backend/ you have "
+                  "(`tbgen deps add --help`).")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class BuildResult:
     log_file: Path | None = None
     findings: tuple = ()  # toolchain.symbols.Finding, for C++ libraries
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what may break where the backend runs (a CUDA the release does not ship)
 
     @property
     def errors(self) -> list:
@@ -74,7 +75,7 @@ def resolve_gpu(project: Project, gpu: bool | None) -> bool:
     if gpu and not project.gpu:
         raise UsageError(
             f"{project.name} was generated without gpu: it has no CUDA kernel sources to build with --gpu.",
-            "Build without --gpu, or render the project again with `tbgen new --gpu --force`.",
+            f"Build without --gpu, or give the project CUDA kernels with `tbgen update --set gpu=yes{project.project_option()}`.",
         )
     return gpu
 
@@ -166,14 +167,17 @@ def build_project(
     sources = cached_sources(project.release.branch)
     if sources is None:
         notes.append(f"Triton {project.release.branch} sources are not in tbgen's cache: CMake clones them, which "
-                     "needs the network. Offline: tbgen deps fetch (once, online) or tbgen deps add --from DIR.")
+                     "needs the network. Offline: fill the cache once, online, with "
+                     f"`tbgen deps fetch --triton-version {project.release.container}`, or register a copy you have "
+                     "(`tbgen deps add --help`).")
     defines = sanitizer_defines(sanitize) | repo_tag_defines(project.release.branch)
+    warnings: list[str] = []
     if gpu:
-        defines |= _gpu_defines(project.release, notes)
+        defines |= _gpu_defines(project.release, warnings)
     build_dir = project.sanitize_build_dir if sanitize else project.build_dir
     run = _cmake_build_cpp(project, build_dir, sources, gpu, build_type, jobs, defines, progress)
     return BuildResult(project, project.library, time.monotonic() - started, run.work_done, run.log_file,
-                       notes=tuple(notes))
+                       notes=tuple(notes), warnings=tuple(warnings))
 
 
 def check_build_options(project: Project, kind: str | None, sanitize: tuple[str, ...], docker: bool) -> None:
@@ -187,14 +191,14 @@ def check_build_options(project: Project, kind: str | None, sanitize: tuple[str,
                          "Drop --docker for this build.")
 
 
-def _gpu_defines(release: versions.Release, notes: list[str]) -> dict[str, str]:
-    """The CUDA defines of a local --gpu build (and, in ``notes``, a CUDA the release's image does not ship)."""
+def _gpu_defines(release: versions.Release, warnings: list[str]) -> dict[str, str]:
+    """The CUDA defines of a local --gpu build (and, in ``warnings``, a CUDA the release's image does not ship)."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise BuildError("--gpu needs CUDA's nvcc, and none was found ($CUDACXX, PATH, /usr/local/cuda).",
                          "Install the CUDA toolkit, or build without --gpu.")
     cuda = parse_nvcc_version(_output_of([str(nvcc), "--version"]))
-    notes += cuda_major_notes(cuda, release)
+    warnings += cuda_major_warnings(cuda, release)
     return cuda_defines(nvcc, cuda)
 
 
@@ -223,18 +227,27 @@ def tag_disagreements(project: Project) -> list[str]:
     return [
         f"CMakeLists.txt sets TRITON_{repo}_REPO_TAG to {tag}, but tbgen.toml targets Triton "
         f"{project.release.container}: tbgen builds with {wanted} (tbgen.toml wins, passed as -D). To move the "
-        "project to another release: tbgen update --triton-version YY.MM (it keeps your edits)."
+        f"project to {tag} instead: {_update_to(tag, project)} (it keeps your edits)."
         for repo, tag in _REPO_TAG.findall(text) if tag != wanted
     ]
 
 
-def cuda_major_notes(cuda: str, release: versions.Release) -> list[str]:
+def _update_to(tag: str, project: Project) -> str:
+    """The command that moves ``project`` to the release of branch ``tag``, or how to find one."""
+    try:
+        release = versions.resolve(tag)
+    except UsageError:
+        return f"`tbgen update` with --triton-version and a release `tbgen versions` lists ({tag} is none)"
+    return f"`tbgen update --triton-version {release.container}{project.project_option()}`"
+
+
+def cuda_major_warnings(cuda: str, release: versions.Release) -> list[str]:
     """A warning when the CUDA of this machine's nvcc is not the major version ``release``'s image ships."""
     if cuda.split(".")[0] == release.cuda.split(".")[0]:
         return []
-    return [f"warning: this nvcc is CUDA {cuda}, but Triton {release.container}'s image ships CUDA {release.cuda}: "
+    return [f"this nvcc is CUDA {cuda}, but Triton {release.container}'s image ships CUDA {release.cuda}: "
             f"a library linked against CUDA {cuda.split('.')[0]}'s runtime will not load there. Build in the "
-            f"release's container (tbgen build --docker), or avoid the dependency (e.g. link cudart statically)."]
+            f"release's container (`tbgen build --docker`), or avoid the dependency (e.g. link cudart statically)."]
 
 
 def _build_in_container(project: Project, image: str | None, gpu: bool, build_type: str, jobs: int | None,

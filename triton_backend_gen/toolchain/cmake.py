@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen.errors import BuildError
+from triton_backend_gen.project import find_project_root
 
 # Triton's repositories as FetchContent names them in the generated CMakeLists.txt.
 TRITON_REPOS = ("common", "core", "backend")
@@ -119,6 +120,28 @@ def install_command(build_dir: Path, prefix: Path) -> list[str]:
     return [cmake_executable(), "--install", str(build_dir), "--prefix", str(prefix)]
 
 
+# Where an error is: a compiler's "path:line[:column]:" at the start of a line, CMake's "CMake Error at path:line".
+_COMPILER_PLACE = re.compile(r"^(?P<path>[^\s:(][^\s:]*):(?P<place>\d+(?::\d+)?:)")
+_CMAKE_PLACE = re.compile(r"^(?P<head>CMake (?:Error|Warning)(?: \(dev\))? at )(?P<path>[^\s:]+):(?P<place>\d+)")
+
+
+def openable(line: str, build_dir: Path, source_dir: Path) -> str:
+    """``line`` with the file it names made openable from where tbgen runs: the compiler runs in ``build_dir``
+    (so its "../src/x.cc:12:5:" is relative to that), CMake names files relative to ``source_dir``. The path is
+    printed relative to the project's root when tbgen runs there, else absolute."""
+    cmake_place = _CMAKE_PLACE.match(line)
+    match, base = (cmake_place, source_dir) if cmake_place else (_COMPILER_PLACE.match(line), build_dir)
+    if match is None:
+        return line
+    path = Path(match.group("path"))
+    if not path.is_absolute():
+        path = Path(os.path.normpath(Path(base).resolve() / path))
+    cwd = Path.cwd().resolve()
+    at_root = cwd == (find_project_root(source_dir) or Path(source_dir).resolve())
+    shown = path.relative_to(cwd) if at_root and cwd in path.parents else path
+    return line[: match.start("path")] + str(shown) + line[match.end("path"):]
+
+
 def first_error_line(log: str) -> str | None:
     """The first line of a configure/build log that reports an error (compiler, linker or CMake)."""
     lines = log.splitlines()
@@ -208,7 +231,8 @@ def cmake_build(
             work_done = work_done or (stage == "build" and stepped)
             if returncode != 0:
                 log.flush()
-                error = first_error_line(log_path.read_text(errors="replace")) or f"exit status {returncode}"
+                error = first_error_line(log_path.read_text(errors="replace"))
+                error = openable(error, build_dir, source_dir) if error else f"exit status {returncode}"
                 raise BuildError(
                     f"CMake {stage} of {source_dir} failed: {error}\nFull log: {log_path}",
                     "Fix the first error above; the log has the complete compiler and CMake output.",

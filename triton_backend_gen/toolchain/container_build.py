@@ -31,6 +31,7 @@ from triton_backend_gen.toolchain.cmake import (
     CMakeRun,
     configure_command,
     first_error_line,
+    openable,
     progress_of,
     repo_tag_defines,
 )
@@ -101,7 +102,8 @@ def build_in_container(project: Project, image: str, *, gpu: bool, build_type: s
     log_file = build_dir / LOG_NAME
     status = run_container(client, build_spec(image, script, project, sources=sources), log_file, on_line)
     if status != 0:
-        error = first_error_line(log_file.read_text(errors="replace")) or f"exit status {status}"
+        error = first_error_line(log_file.read_text(errors="replace"))
+        error = openable(error, build_dir, project.root) if error else f"exit status {status}"
         raise BuildError(f"The build in {image} failed: {error}\nFull log: {log_file}",
                          "Fix the first error above; the log has the complete compiler and CMake output.")
     return CMakeRun(install_dir=install_dir, log_file=log_file, configured=True, work_done=stepped)

@@ -72,7 +72,7 @@ def library_files(root: Path) -> list[Path]:
 def validate_library_name(name: str) -> str:
     if not _NAME.match(name):
         raise UsageError(f"'{name}' cannot name a library file: use a letter, then letters, digits, '_', '-' or '+' "
-                         "(at most 64).", "For example: tbgen add library jsoncpp --pkg-config jsoncpp")
+                         "(at most 64).", "For example: `tbgen add library jsoncpp --pkg-config jsoncpp`")
     return name
 
 
@@ -95,7 +95,8 @@ def library_spec(name: str, *, find_package: str | None = None, components: Iter
     validate_library_name(name)
     given = [flag for flag, value in (("--find-package", find_package), ("--pkg-config", pkg_config),
                                       ("--path", path)) if value]
-    example = f"tbgen add library {name} --find-package {name}   (or --pkg-config MODULE, or --path DIR)"
+    example = (f"For example `tbgen add library {name} --find-package {name}`, or --pkg-config with its pkg-config "
+               "module, or --path with the prefix that holds its include/ and lib/")
     if not given:
         raise UsageError(f"Say where {name} comes from: --find-package, --pkg-config or --path.", example)
     if len(given) > 1:
@@ -103,7 +104,7 @@ def library_spec(name: str, *, find_package: str | None = None, components: Iter
     components = split_components(components)
     if (components or target) and not find_package:
         raise UsageError("--components and --target go with --find-package.",
-                         f"tbgen add library {name} --find-package PKG --components A,B --target PKG::PKG")
+                         f"For example `tbgen add library {name} --find-package {name} --components core --target {name}::core`")
     if find_package:
         _check_package(find_package, "--find-package")
         target = target or default_target(find_package)
@@ -134,7 +135,7 @@ def prefix_library(name: str, prefix: Path, listing: Iterable[str]) -> str:
         return libraries[0]
     found = ", ".join(f"lib{library}" for library in libraries) or "no lib*.so or lib*.a"
     raise UsageError(f"{prefix / 'lib'} has no lib{name}.so or lib{name}.a (it has: {found}).",
-                     "Name the library after its file, e.g. `tbgen add library foo --path DIR` for DIR/lib/libfoo.so.")
+                     f"Name the library after its file, e.g. `tbgen add library foo --path {prefix}` for {prefix}/lib/libfoo.so.")
 
 
 def prefix_header(name: str, prefix: Path, listing: Iterable[str]) -> str:

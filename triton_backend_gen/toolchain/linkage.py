@@ -91,8 +91,8 @@ def image_findings(library: str, image: str, in_image: Resolution, on_host: Reso
                                              "carries it)"))
     for line in in_image.version_errors:
         findings.append(Finding("error", f"in {image}: {line}: the backend or a library it links was built against "
-                                         "newer libraries than the image has; build in the image (tbgen build "
-                                         "--docker), or on a machine of the image's distribution"))
+                                         "newer libraries than the image has; build in the image (`tbgen build "
+                                         "--docker`), or on a machine of the image's distribution"))
     return findings
 
 
@@ -191,7 +191,7 @@ def stage_backend(client: Any, image: str, installed: Path, backend: str, librar
         in_image = resolve_in_image(client, image, staging, backend, library, labelled, log_file)
         problems = image_findings(library, image, Resolution({}, (), in_image.version_errors), on_host, {}, {})
         if problems:
-            raise BuildError(problems[0].message, "tbgen package carries what the image lacks, but cannot make "
+            raise BuildError(problems[0].message, "`tbgen package` carries what the image lacks, but cannot make "
                                                   "the image's own libraries newer.")
         if not in_image.missing:
             return carried
@@ -199,7 +199,7 @@ def stage_backend(client: Any, image: str, installed: Path, backend: str, librar
         if unresolvable:
             raise BuildError(f"{', '.join(unresolvable)}, which the backend needs, is neither in {image} nor found "
                              f"on this machine, so it cannot be carried.",
-                             f"Install it on this machine (then run tbgen package again), or in the image. ldd in "
+                             f"Install it on this machine (then run `tbgen package` again), or in the image. ldd in "
                              f"the image: {log_file}")
         for name, path in new.items():
             shutil.copy2(path, staging / name)  # the file itself under its soname (ldd's path may be a link)

@@ -156,4 +156,4 @@ def _raise_on_failure(status: int, log_file: Path, where: str) -> None:
     errors = [line for line in lines if line.startswith("ERROR") or "Error" in line] or lines[-3:]
     raise BuildError(f"Packing the environment {where} failed: {' '.join(errors[:3])}\nFull log: {log_file}",
                      "Fix requirements.txt (a package or version that does not exist for this Python?), then run "
-                     "tbgen env pack again.")
+                     "`tbgen env pack` again.")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen import versions
-from triton_backend_gen.errors import SourcesError
+from triton_backend_gen.errors import SourcesError, UsageError
 
 REPOSITORIES = ("core", "common", "backend")
 GOOGLETEST = "googletest"
@@ -142,13 +142,13 @@ def add_sources(directory: Path, release: versions.Release, *, force: bool = Fal
         if not (directory / name / expected).is_file()
     ]
     if problems:
-        raise SourcesError(
+        raise UsageError(
             f"{directory} does not hold Triton's core, common and backend sources: " + "; ".join(problems),
             f"Give a directory with core/, common/ and backend/ checked out at {release.branch}.",
         )
     api = backend_api_version(directory / "core")
     if api is not None and api != release.backend_api:
-        raise SourcesError(
+        raise UsageError(
             f"{directory / 'core'} declares backend API {api[0]}.{api[1]}, but {release.branch} uses "
             f"{release.backend_api[0]}.{release.backend_api[1]}.",
             f"Check out {release.branch} of core, common and backend, or pass the matching --triton-version.",
@@ -190,7 +190,7 @@ class _new_entry:
 
     def __enter__(self) -> Path:
         if not self.force and cached_sources(self.target.name) is not None:
-            raise SourcesError(
+            raise UsageError(
                 f"The sources of {self.target.name} are already cached in {self.target}.",
                 "Pass --force to replace them.",
             )

@@ -156,7 +156,7 @@ def cuda_findings(library: Path, release: versions.Release) -> list[Finding]:
     return [
         Finding("warning", f"{library.name} links CUDA {major}'s runtime (libcudart.so.{major}), but Triton "
                            f"{release.container}'s image ships CUDA {release.cuda}: it will not load there. Build in "
-                           "the release's container (tbgen build --docker), or avoid the dependency (e.g. link "
+                           "the release's container (`tbgen build --docker`), or avoid the dependency (e.g. link "
                            "cudart statically).")
         for major in sorted(cuda_runtime_majors(needed_libraries(library)) - {release.cuda.split(".")[0]})
     ]
@@ -208,8 +208,8 @@ def missing_library_findings(missing: Iterable[str], library: str,
     return [
         Finding("error", f"ldd cannot find {name}, which {needed_by(name, graph, library)}: "
                          "install it on this machine (the runtime package of the library), or, for a library "
-                         "installed under a prefix, link it with `tbgen add library NAME --path PREFIX` (its lib/ "
-                         "then goes into the backend's RPATH)")
+                         "installed under a prefix, link it with `tbgen add library` and --path naming the prefix (its "
+                         "lib/ then goes into the backend's RPATH)")
         for name in missing
     ]
 

@@ -170,7 +170,7 @@ def check_manifests(directory: Path, kube_versions: list[str], report: CheckRepo
     files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     if not files:
         raise UsageError(f"{directory} holds no chart (Chart.yaml) and no manifests (*.yaml).",
-                         "Render one first: tbgen deploy helm, or tbgen deploy manifests.")
+                         "Render one first: `tbgen deploy helm`, or `tbgen deploy manifests`.")
     for path in files:
         text = path.read_text()
         report.findings += lint_findings(text, path.name)

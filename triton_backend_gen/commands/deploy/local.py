@@ -97,8 +97,8 @@ def deployment_of(rendered: str) -> dict[str, Any]:
     deployments = [obj for _, body in split_documents(rendered)
                    if isinstance(obj := yaml.safe_load(body), dict) and obj.get("kind") == "Deployment"]
     if len(deployments) != 1:
-        raise DeployError(f"The chart renders {len(deployments)} Deployments; tbgen deploy local runs one.",
-                          "Render it with tbgen deploy helm.")
+        raise DeployError(f"The chart renders {len(deployments)} Deployments; `tbgen deploy local` runs one.",
+                          "Render it with `tbgen deploy helm`.")
     return deployments[0]
 
 
@@ -107,8 +107,8 @@ def probe_of(kind: str, spec: dict[str, Any] | None, ports: dict[str, int]) -> P
         return None
     get = spec.get("httpGet")
     if get is None:
-        raise DeployError(f"The {kind} probe is not an httpGet probe; tbgen deploy local runs httpGet probes.",
-                          "Use the chart's probes (tbgen deploy helm).")
+        raise DeployError(f"The {kind} probe is not an httpGet probe; `tbgen deploy local` runs httpGet probes.",
+                          "Use the chart's probes (`tbgen deploy helm`).")
     port = get.get("port")
     number = ports.get(port) if isinstance(port, str) and not port.isdigit() else int(port)
     if number is None:
@@ -131,7 +131,7 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
         empty = volumes.get(mount["name"], {}).get("emptyDir")
         if empty is None:
             raise DeployError(f"The container mounts {mount['name']}, which is not an emptyDir volume.",
-                              "tbgen deploy local runs the chart's own volumes (emptyDir) only.")
+                              "`tbgen deploy local` runs the chart's own volumes (emptyDir) only.")
         if mount["mountPath"] == "/dev/shm":
             shm = int(quantity(empty.get("sizeLimit", "64Mi")))
         else:
@@ -145,7 +145,7 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
     for item in container.get("env", []):
         if "value" not in item:
             raise DeployError(f"env {item['name']} takes its value from elsewhere (valueFrom).",
-                              "tbgen deploy local passes literal values only.")
+                              "`tbgen deploy local` passes literal values only.")
         env[item["name"]] = str(item["value"])
     return PodContainer(
         image=container["image"], command=tuple(container.get("command", ())), args=tuple(container.get("args", ())),
@@ -272,7 +272,7 @@ class ProbeMonitor:
                     f"The startup probe failed {_times(record.in_a_row)} in a row ({probe.describe()}; last: "
                     f"{record.last}): the kubelet would restart the container.",
                     f"The chart allows {probe.failure * probe.period} s for the models to load; measure the load "
-                    "time with tbgen test and render the chart again, or raise probes.startup.failureThreshold.")
+                    "time with `tbgen test` and render the chart again, or raise probes.startup.failureThreshold.")
             due += probe.period
 
     def run_in_background(self) -> None:
@@ -420,7 +420,7 @@ def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
         busy = [f"{name} {port}" for name, port in pod.ports.items() if not port_is_free(LOOPBACK, port)]
         if busy:
             raise DeployError(f"Ports of the manifests are taken on {LOOPBACK}: {', '.join(busy)}.",
-                              "Free them, or run the chart (tbgen deploy helm), whose ports tbgen can move.")
+                              "Free them, or run the chart (`tbgen deploy helm`), whose ports tbgen can move.")
         return pod, []
     pod = pod_container(deployment_of(template_chart(chart, release=RELEASE)))
     if all(port_is_free(LOOPBACK, pod.ports[name]) for name in PORT_NAMES if name in pod.ports):
@@ -449,10 +449,10 @@ def ensure_pod_image(project: Project, image: str, *, repackage: bool, base_imag
     if present and not repackage:
         return None
     if image != default_tag(project):
-        raise UsageError(f"The chart runs {image}, which is not on this Docker engine and not the image tbgen package "
+        raise UsageError(f"The chart runs {image}, which is not on this Docker engine and not the image `tbgen package` "
                          f"makes ({default_tag(project)}).", f"Build or load it (docker pull {image}), or set "
                          f"image.repository/image.tag to {default_tag(project)}.")
-    progress(f"packaging {project.name} into {image} first (tbgen package)")
+    progress(f"packaging {project.name} into {image} first (`tbgen package`)")
     return package_project(project, tag=image, base_image=base_image, progress=progress)
 
 
@@ -474,7 +474,7 @@ def check_gpus(pod: PodContainer, engine: dict[str, Any]) -> None:
         raise DeployError(
             f"The chart asks each pod for {pod.gpus} nvidia.com/gpu (a model has KIND_GPU instances), and this Docker "
             "engine has no NVIDIA runtime.",
-            "Run tbgen deploy local where the NVIDIA Container Toolkit is installed; tbgen deploy check validates "
+            "Run `tbgen deploy local` where the NVIDIA Container Toolkit is installed; `tbgen deploy check` validates "
             "the chart without one.")
 
 
@@ -486,9 +486,9 @@ def deploy_local(project: Project, chart: Path | None = None, *, base_image: str
     chart = chart or project.root / HELM_DIR
     if not chart.exists():
         if chart != project.root / HELM_DIR:
-            raise UsageError(f"{chart} does not exist.", "Render a chart first: tbgen deploy helm --out DIR.")
+            raise UsageError(f"{chart} does not exist.", f"Render a chart there first: `tbgen deploy helm --out {chart}`.")
         render_helm(project, out=chart)
-        notes.append(f"rendered the chart into {chart} first (tbgen deploy helm)")
+        notes.append(f"rendered the chart into {chart} first (`tbgen deploy helm`)")
     pod, port_notes = pod_for_local(chart)
     notes += port_notes
     engine = connect().info()

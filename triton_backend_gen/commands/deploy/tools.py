@@ -103,5 +103,5 @@ def helm_message(result: subprocess.CompletedProcess) -> str:
 def lint_yaml(text: str) -> list[Any]:
     """yamllint's problems in ``text`` (tbgen's configuration: yamllint's defaults, lines up to 120)."""
     if linter is None:
-        raise DeployError("tbgen deploy check needs yamllint, which is not installed.", EXTRA_HINT)
+        raise DeployError("`tbgen deploy check` needs yamllint, which is not installed.", EXTRA_HINT)
     return list(linter.run(text, YamlLintConfig(YAMLLINT_CONFIG)))

@@ -62,7 +62,7 @@ class DeployError(TbgenError):
 def require_extra(module: Any, name: str) -> None:
     """DeployError naming the deploy extra when ``module`` (imported at the top of a module) is missing."""
     if module is None:
-        raise DeployError(f"tbgen deploy needs {name}, which is not installed.", EXTRA_HINT)
+        raise DeployError(f"`tbgen deploy` needs {name}, which is not installed.", EXTRA_HINT)
 
 
 @dataclass(frozen=True)

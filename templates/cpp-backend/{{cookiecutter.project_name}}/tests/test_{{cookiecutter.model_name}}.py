@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from conftest import MODEL_NAME
 import reference
@@ -31,7 +31,10 @@ def infer(client, module, inputs, outputs=OUTPUTS):
         tensors.append(tensor)
     requested = [module.InferRequestedOutput(name) for name in outputs]
     result = client.infer(MODEL_NAME, tensors, outputs=requested)
-    return {name: result.as_numpy(name) for name in outputs}
+    return {name: output_array(result, name) for name in outputs}
+
+
+{% include "output_array.py.j2" %}
 
 
 def assert_matches_reference(got, inputs, outputs=OUTPUTS):

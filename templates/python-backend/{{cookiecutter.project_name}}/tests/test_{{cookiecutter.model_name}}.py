@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("tritonclient.http", reason="the tests need tritonclient: pip install 'tritonclient[all]'")
 import tritonclient.http  # noqa: E402
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # noqa: E402
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype, triton_to_np_dtype  # noqa: E402
 
 MODEL_NAME = "{{ cookiecutter.model_name }}"
 MAX_BATCH_SIZE = {{ cookiecutter.max_batch_size|int }}
@@ -39,7 +39,10 @@ def infer(client_module, client, reference, inputs: dict[str, np.ndarray]) -> di
     """Send one request; return all its outputs."""
     requested = [client_module.InferRequestedOutput(name) for name in reference.OUTPUTS]
     result = client.infer(MODEL_NAME, to_infer_inputs(client_module, inputs), outputs=requested)
-    return {name: result.as_numpy(name) for name in reference.OUTPUTS}
+    return {name: output_array(result, name) for name in reference.OUTPUTS}
+
+
+{% include "output_array.py.j2" %}
 
 
 def assert_matches_reference(reference, inputs, outputs):
@@ -96,7 +99,7 @@ def test_concurrent_requests_each_get_their_own_outputs(http_pool, reference):
         sent.append((inputs, http_pool.async_infer(MODEL_NAME, to_infer_inputs(tritonclient.http, inputs))))
     for inputs, pending in sent:
         result = pending.get_result()
-        assert_matches_reference(reference, inputs, {name: result.as_numpy(name) for name in reference.OUTPUTS})
+        assert_matches_reference(reference, inputs, {name: output_array(result, name) for name in reference.OUTPUTS})
 
 
 def bad_requests(reference):

@@ -1,0 +1,318 @@
+"""``tbgen remove model``: take back what ``tbgen add model`` added.
+
+What goes: the model's directory under the model repository, its reference under references/ and its
+[[models]] entry in tbgen.toml. A composed model (``tbgen add model r --pattern bls --set callees=a,b``) goes with
+the models that addition created (a and b where the project lacked them), except one that a model staying in the
+project still calls. The generation record forgets them as well (their files, their entries in the recorded
+tbgen.toml and the addition in its recipe), so that ``tbgen check --drift`` does not count them as deleted by the
+user and ``tbgen update`` does not bring them back.
+
+Refused, with nothing changed: a model others call; the project's last model; the template's models, which
+``tbgen new`` made, the project's code is generated for, and ``tbgen update`` renders again; a callee that came
+with a composed model (its top model is what is removed). Without ``force``, also: files the user edited or put
+under the model (python-env.tar.gz, another version), named; a model the record has no addition of (added by
+hand); a project without a generation record, where neither edits nor additions can be told (with ``force``,
+only the named model goes there). Everything is checked before anything changes; then the files are moved
+aside, tbgen.toml and the record replaced, and what was moved aside deleted, all or nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from triton_backend_gen.errors import ScaffoldError, TbgenError, UsageError
+from triton_backend_gen.project import PROJECT_FILE, Project
+from triton_backend_gen.scaffold import compose, model_entries
+from triton_backend_gen.scaffold.record import (
+    RECORD_FILE,
+    GeneratedFile,
+    Recipe,
+    Record,
+    pack,
+    partial_of,
+    read_record,
+    replace_file,
+)
+from triton_backend_gen.signals import raise_received, signals_recorded
+
+_LEFTOVERS = "__pycache__"  # what Python leaves beside a model.py: neither tbgen's nor the user's
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What ``remove_model`` removed."""
+
+    models: tuple[str, ...]  # the named model first, then the models its addition created with it
+    files: tuple[Path, ...]  # every file deleted
+    kept: dict[str, tuple[str, ...]]  # models its addition created that stay -> the models that call them
+    record_updated: bool  # the generation record forgot them too (False: the project has none)
+
+
+def remove_model(project: Project, name: str, *, force: bool = False) -> Removal:
+    """Remove model ``name`` (and the models its addition created that nothing else calls) from ``project``.
+    ``force``: remove the user's edits and files under them too, and work without a generation record."""
+    project.model(name)  # UsageError naming the models when there is none of that name
+    if len(project.models) == 1:
+        raise UsageError(f"Model {name!r} is {project.name}'s only model; a project serves one at least.",
+                         "Add another model first (`tbgen add model`), or delete the project's directory.")
+    _check_uncalled(project, name, {name})
+    record = read_record(project.root)
+    made = _made_with(record, project, name, force) if record is not None else _without_record(project, name, force)
+    models, kept = _removable(project, name, made)
+    files = _files(project, models)
+    current = project.project_file.read_text()
+    if record is not None:
+        _check_unedited(project, record, name, models, files, current, force)
+    writes = [(project.project_file, GeneratedFile(_without(current, models, "tbgen.toml").encode()))]
+    if record is not None:
+        writes.append((project.root / RECORD_FILE, GeneratedFile(pack(_forget(record, project, name, models)))))
+    _commit(project, models, files, writes)
+    return Removal(tuple(models), tuple(files), kept, record is not None)
+
+
+# ---- what goes ---------------------------------------------------------------------------------------------
+
+
+def _callers(project: Project, model: str, leaving: set[str]) -> tuple[str, ...]:
+    """The models that stay (not in ``leaving``) and call ``model``."""
+    return tuple(m.name for m in project.models if model in m.calls and m.name not in leaving)
+
+
+def _check_uncalled(project: Project, name: str, leaving: set[str]) -> None:
+    callers = _callers(project, name, leaving)
+    if callers:
+        listed = ", ".join(callers)
+        them = "them" if len(callers) > 1 else "it"
+        raise UsageError(f"Model {name!r} is called by {listed} (calls = [...] in tbgen.toml); removing it would "
+                         f"break {them}.",
+                         f"Remove {listed} first, or change {them} to call other models (the code and the calls in "
+                         f"tbgen.toml), then run `tbgen remove model {name}{project.project_option()}` again.")
+
+
+def _made_with(record: Record, project: Project, name: str, force: bool) -> list[str]:
+    """The models the `tbgen add model` run that added ``name`` created, ``name`` first; UsageError for a model
+    no such run added (with ``force``, one the record does not know goes alone)."""
+    recorded = _recorded_models(record)
+    owners = _owners(record.recipe, recorded)
+    owner = owners.get(name, "")
+    if owner == name:
+        return [model for model, made_by in owners.items() if made_by == name]
+    if owner is None:
+        raise UsageError(f"Model {name!r} came with {project.name} from `tbgen new` (its template's); `tbgen remove "
+                         "model` removes the models `tbgen add model` added.",
+                         f"The template's models are what {project.name}'s code is generated for, and `tbgen update` "
+                         "renders them again. To go on without it anyway, delete "
+                         f"{_relative(project, project.model_repository / name)}/ and its [[models]] entry yourself.")
+    if owner:
+        raise UsageError(f"Model {name!r} was added with model {owner!r} by one `tbgen add model`, and goes with it.",
+                         f"`tbgen remove model {owner}{project.project_option()}` removes {owner} and the models added with it.")
+    if force:
+        return [name]
+    raise UsageError(f"The generation record ({RECORD_FILE}) has no `tbgen add model {name}`: model {name!r} was "
+                     "added by hand (or tbgen could not record it), so its files count as yours.",
+                     f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s directory, reference and [[models]] entry "
+                     "as they are, and no other model.")
+
+
+def _without_record(project: Project, name: str, force: bool) -> list[str]:
+    """Without a record only the model itself goes, and only when forced."""
+    if not force:
+        raise UsageError(f"{project.name} has no generation record ({RECORD_FILE}: made before tbgen kept one), so "
+                         f"tbgen cannot tell your edits of {name}'s files from what it generated, nor which models "
+                         "came with it.",
+                         f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s "
+                         "directory, reference and [[models]] entry as they are, edited or not, and no other model.")
+    if project.model(name).reference == project.reference_file:
+        raise UsageError(f"Model {name!r} is {project.name}'s own model (its reference is reference.py, as `tbgen "
+                         "new` writes it); `tbgen remove model` removes the models `tbgen add model` added.",
+                         f"Delete {_relative(project, project.model_repository / name)}/ and its [[models]] entry "
+                         "yourself.")
+    return [name]
+
+
+def _recorded_models(record: Record) -> list[str]:
+    recorded = record.files.get(PROJECT_FILE)
+    if recorded is None:
+        return []
+    return [str(m.get("name")) for m in tomllib.loads(recorded.data.decode()).get("models", [])]
+
+
+def _owners(recipe: Recipe, recorded: list[str]) -> dict[str, str | None]:
+    """Which step of ``recipe`` created each model: None for `tbgen new`, else the name of the `tbgen add model`
+    run. A run creates its top model and those of its callees the project lacked then, as compose does."""
+    try:
+        composition, _ = compose.plan(recipe.template, {k: v for k, v in recipe.given.items() if k != "project_name"})
+        made: list[str] = [composition.top, *composition.callees] if composition else recorded[:1]
+        owners: dict[str, str | None] = dict.fromkeys(made)
+        for addition in recipe.additions:
+            composition, _ = compose.plan(addition.template or recipe.template,
+                                          {**addition.given, "model_name": addition.name})
+            for model in (addition.name, *(composition.callees if composition else ())):
+                owners.setdefault(model, addition.name)
+    except TbgenError as err:
+        raise UsageError(f"The recipe of the generation record ({RECORD_FILE}) no longer reads: {err.message}",
+                         "Restore the record from version control.") from err
+    return owners
+
+
+def _removable(project: Project, name: str, made: list[str]) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """(the models of ``made`` that go, those that stay because a staying model calls them, with their callers)."""
+    present = {m.name for m in project.models}
+    leaving = [model for model in made if model in present]
+    kept: dict[str, tuple[str, ...]] = {}
+    while True:
+        called = {model: _callers(project, model, set(leaving)) for model in leaving if model != name}
+        staying = {model: callers for model, callers in called.items() if callers}
+        if not staying:
+            return leaving, kept
+        kept.update(staying)
+        leaving = [model for model in leaving if model not in staying]
+
+
+def _files(project: Project, models: list[str]) -> list[Path]:
+    """The files of ``models``: everything under their directories, and their references (one no staying model
+    shares, and never the project's reference.py)."""
+    files: list[Path] = []
+    for model in models:
+        directory = project.model_repository / model
+        files += sorted(p for p in directory.rglob("*") if p.is_file() or p.is_symlink() or not any(p.iterdir()))
+    staying = {m.reference for m in project.models if m.name not in models}
+    for entry in project.models:
+        reference = entry.reference
+        if entry.name in models and reference is not None and reference != project.reference_file \
+                and reference not in staying and reference.is_file():
+            files.append(reference)
+    return files
+
+
+# ---- what is the user's ------------------------------------------------------------------------------------
+
+
+def _check_unedited(project: Project, record: Record, name: str, models: list[str], files: list[Path],
+                    current: str, force: bool) -> None:
+    """UsageError naming the files (and tbgen.toml entries) of ``models`` that differ from the record, unless
+    ``force``."""
+    yours = []
+    for path in files:
+        relative = _relative(project, path)
+        generated = record.files.get(relative)
+        if _LEFTOVERS in path.parts:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            yours.append(f"{relative}/ (an empty directory tbgen did not make)")
+        elif generated is None:
+            yours.append(f"{relative} (not generated by tbgen)")
+        elif path.is_symlink() or path.read_bytes() != generated.data:
+            yours.append(f"{relative} (edited)")
+    recorded = record.files.get(PROJECT_FILE)
+    recorded_text = recorded.data.decode() if recorded is not None else ""
+    for model in models:
+        if model_entries.entry_text(current, model) != model_entries.entry_text(recorded_text, model):
+            yours.append(f"the [[models]] entry of {model} in tbgen.toml (edited)")
+    if yours and not force:
+        raise UsageError(f"`tbgen remove model {name}` would delete what is yours: {'; '.join(yours)}.",
+                         "Keep what you need elsewhere, then run it again with --force, which removes these too.")
+
+
+# ---- the record ----------------------------------------------------------------------------------------------
+
+
+def _forget(record: Record, project: Project, name: str, models: list[str]) -> Record:
+    """``record`` without ``models``: their files, their entries in the recorded tbgen.toml, and the addition of
+    ``name``, so that the next rendering of the recipe does not create them again."""
+    repository = _relative(project, project.model_repository)
+    entries = _recorded_entries(record)
+    references = {str(entries[m]["reference"]) for m in models if m in entries and "reference" in entries[m]}
+
+    def gone(relative: str) -> bool:
+        return relative in references or any(relative.startswith(f"{repository}/{m}/") for m in models)
+
+    files = {relative: file for relative, file in record.files.items() if not gone(relative)}
+    recorded = record.files.get(PROJECT_FILE)
+    if recorded is not None:
+        text = _without(recorded.data.decode(), models, f"the recorded tbgen.toml ({RECORD_FILE})")
+        files[PROJECT_FILE] = GeneratedFile(text.encode(), recorded.executable)
+    recipe = replace(record.recipe, additions=tuple(a for a in record.recipe.additions if a.name != name),
+                     carried=tuple(c for c in record.recipe.carried if not gone(c)))
+    return Record(recipe, files)
+
+
+def _recorded_entries(record: Record) -> dict[str, dict[str, Any]]:
+    recorded = record.files.get(PROJECT_FILE)
+    if recorded is None:
+        return {}
+    return {str(m.get("name")): m for m in tomllib.loads(recorded.data.decode()).get("models", [])}
+
+
+def _without(text: str, models: list[str], where: str) -> str:
+    """tbgen.toml's ``text`` without the entries of ``models``, checked to list exactly the others."""
+    before = [str(m.get("name")) for m in tomllib.loads(text).get("models", [])]
+    return model_entries.checked(model_entries.remove_entries(text, models),
+                                 [m for m in before if m not in models], where)
+
+
+# ---- all or nothing ------------------------------------------------------------------------------------------
+
+
+def _commit(project: Project, models: list[str], files: list[Path], writes: list[tuple[Path, GeneratedFile]]) -> None:
+    """Move the models' directories and references aside, write ``writes``, then delete what was moved; on any
+    failure or signal, everything is put back as it was."""
+    directories = [project.model_repository / m for m in models if (project.model_repository / m).exists()]
+    moves = directories + [f for f in files if not any(d in f.parents for d in directories)]
+    aside = Path(tempfile.mkdtemp(prefix=".tbgen-remove-", dir=project.root))
+    done: list[tuple[Path, Path | bytes]] = []  # (a path, where it was moved or the bytes it had), in order
+    with signals_recorded() as received:
+        try:
+            for index, path in enumerate(moves):
+                path.rename(aside / str(index))
+                done.append((path, aside / str(index)))
+            for path, file in writes:
+                data = path.read_bytes()
+                replace_file(path, file)
+                done.append((path, data))
+        except OSError as err:
+            _put_back(done, [path for path, _ in writes], aside)
+            raise ScaffoldError(f"Cannot remove {err.filename or project.root}: {err.strerror or err}; the project "
+                                "is as it was.", "Fix the permissions, then run `tbgen remove model` again.") from err
+        except BaseException:
+            _put_back(done, [path for path, _ in writes], aside)
+            raise
+        if received:
+            _put_back(done, [path for path, _ in writes], aside)
+        else:
+            shutil.rmtree(aside, ignore_errors=True)
+            _remove_empty_parents(project, moves)
+    raise_received(received)
+
+
+def _put_back(done: list[tuple[Path, Path | bytes]], written: list[Path], aside: Path) -> None:
+    """Undo ``_commit``'s steps ``done``, last first: the files replaced get their bytes back, the moved ones their
+    place; no half-written sibling stays."""
+    for path, before in reversed(done):
+        if isinstance(before, bytes):
+            replace_file(path, GeneratedFile(before))
+        else:
+            before.rename(path)
+    for path in written:
+        partial_of(path).unlink(missing_ok=True)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_empty_parents(project: Project, moved: list[Path]) -> None:
+    """Remove the directories (references/) the moved references leave empty; never the repository or root."""
+    for parent in {path.parent for path in moved}:
+        if parent not in (project.root, project.model_repository) and project.root in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                pass  # not empty: it holds other files
+
+
+def _relative(project: Project, path: Path) -> str:
+    return Path(os.path.relpath(path, project.root)).as_posix()

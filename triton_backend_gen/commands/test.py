@@ -109,7 +109,7 @@ def run_project_tests(
     report = TestRunReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes),
                            triton.release_note)
     started = time.monotonic()
-    on_phase("starting tritonserver and loading the models")
+    on_phase(f"starting {triton.describe()} and loading the models")
     with stop_on_signals(), triton:
         _require_ready(project, triton)
         if measured:  # only a load that succeeded sizes the chart's probes

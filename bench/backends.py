@@ -2,7 +2,12 @@
 
     python bench/backends.py [--duration 5s] [--tool auto|perf_analyzer|builtin]
                              [--only cpp|signatures|python|decoupled|frameworks|composed|sequence]
-                             [--reference-backend DIR]
+                             [--reference-backend DIR] [--work-dir DIR] [--quick]
+
+--quick is the smoke run of the test suite (tests/bench/test_bench_parts.py): every part, model and table as
+usual, but concurrency 1 only and each model measured once (A B instead of A B B A); its figures mean nothing.
+--work-dir keeps the projects, builds and server logs there (default: a temporary directory, removed at the
+end).
 
 The baseline of the C++ parts is the floor, bench/floor_backend.cc: a backend that reads its signature from the
 model configuration and, per request, reads every input byte in place and writes every output in its configured
@@ -42,8 +47,10 @@ backend with that signature.
    itself costs), concurrency 1 and 8; perf_analyzer sends the sequence models sequences of 20 requests.
 
 Each pair runs in one server, in the order A B B A (three models: A B C C B A; figures averaged; a model that did
-not load stops the run with the server's log), and each line prints the pair's throughput ratio (generated /
-baseline): only ratios from one run mean much, since runs of the same model vary by
+not load stops the run with the server's log and its errors), one pair after the other in one server for all the
+pairs of a project (every model of the project is loaded either way; the python part restarts it to change
+batching), and each line prints the pair's throughput
+ratio (generated / baseline): only ratios from one run mean much, since runs of the same model vary by
 up to 25% on a shared machine. Needs Triton's r24.10 sources in tbgen's cache (the C++ parts) and the embedded server.
 """
 
@@ -53,6 +60,7 @@ import argparse
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,7 +138,7 @@ def add_model(project: Path, name: str, config: str, files: dict[str, bytes] | N
     """A model directory (config.pbtxt, version 1, extra files) and its entry in tbgen.toml."""
     directory = project / "model_repository" / name
     (directory / "1").mkdir(parents=True, exist_ok=True)
-    (directory / "config.pbtxt").write_text(config)
+    (directory / "config.pbtxt").write_text(with_name(config, name))
     for relative, data in (files or {}).items():
         (directory / relative).write_bytes(data)
     with (project / "tbgen.toml").open("a") as toml:
@@ -139,6 +147,13 @@ def add_model(project: Path, name: str, config: str, files: dict[str, bytes] | N
 
 def config_of(project: Path, model: str) -> str:
     return (project / "model_repository" / model / "config.pbtxt").read_text()
+
+
+def with_name(config: str, name: str) -> str:
+    """``config`` naming model ``name``: a config.pbtxt copied from another model keeps that model's
+    ``name:``, and Triton refuses to load a model whose configured name is not its directory's."""
+    config = re.sub(r'(?m)^name: "[^"]*"\n', "", config)
+    return f'name: "{name}"\n{config}'
 
 
 def with_dims(config: str, size: int) -> str:
@@ -154,6 +169,15 @@ def with_batching(config: str, dynamic: bool) -> str:
     return config + (QUEUE_DELAY + "\n" if dynamic else "")
 
 
+def build(project: Path) -> None:
+    """Build the project at ``project`` with tbgen's build stage (its library installed under
+    build/install)."""
+    from triton_backend_gen.project import load_project
+    from triton_backend_gen.toolchain.build import build_project
+
+    build_project(load_project(project))
+
+
 def build_reference(dest: Path, source: str, backend: str) -> bytes:
     """bench/``source`` built as libtriton_``backend``.so with g++ against Triton's core and common headers
     (TritonJson, over the system's rapidjson)."""
@@ -161,7 +185,10 @@ def build_reference(dest: Path, source: str, backend: str) -> bytes:
 
     sources = cached_sources(f"r{RELEASE}")
     library = dest / f"libtriton_{backend}.so"
-    subprocess.run(["g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
+    if library.is_file():  # built by an earlier part of this run
+        return library.read_bytes()
+    launcher = ["ccache"] if shutil.which("ccache") else []
+    subprocess.run([*launcher, "g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
                     f"-I{sources / 'core' / 'include'}", f"-I{sources / 'common' / 'include'}", str(HERE / source),
                     "-o", str(library)], check=True)
     return library.read_bytes()
@@ -177,15 +204,18 @@ def inputs_of(size: int) -> dict[str, np.ndarray]:
     return {name: rng.uniform(-10, 10, (1, size)).astype(np.float32) for name in ("INPUT0", "INPUT1")}
 
 
-def measure(project: Path, models: list[str], concurrency: list[int], args, inputs=None) -> dict[str, object]:
-    """Each of ``models`` under the same load, in one server, in the order A B ... B A (so that drift of the
-    machine during the run weighs on each alike); {model: BenchReport with each figure averaged}. ``inputs``:
-    {model: that model's request} (default: each project's reference.make_inputs)."""
+def measure(project: Path, groups: list[list[str]], concurrency: list[int], args,
+            inputs=None) -> dict[str, object]:
+    """Each group of models under the same load, in one server, in the order A B ... B A (so that drift of
+    the machine during the run weighs on each alike; with --quick, A B ... once); {model: BenchReport with
+    each figure averaged}. ``inputs``: {model: that model's request} (default: each project's
+    reference.make_inputs)."""
     from triton_backend_gen.commands.bench import run_bench
     from triton_backend_gen.project import load_project
     from triton_backend_gen.runtime import prepare_server
 
     loaded = load_project(project)
+    models = [model for group in groups for model in group]
     runs: dict[str, list] = {model: [] for model in models}
     with prepare_server(loaded) as triton:
         url = f"{triton.http_url},{triton.grpc_url}"
@@ -193,11 +223,30 @@ def measure(project: Path, models: list[str], concurrency: list[int], args, inpu
         not_ready = [f"{m} ({states[m].reason or states[m].state or 'not loaded'})" if m in states else f"{m} (absent)"
                      for m in models if m not in states or states[m].state != "READY"]
         if not_ready:
-            sys.exit(f"not ready: {', '.join(not_ready)}; server log: {triton.log_file}")
-        for model in [*models, *reversed(models)]:
-            runs[model].append(run_bench(loaded, model=model, url=url, server_pid=triton.pid, concurrency=concurrency,
-                                         seconds=args.seconds, tool=args.tool, inputs=(inputs or {}).get(model)))
+            sys.exit(f"not ready: {', '.join(not_ready)}; server log: {triton.log_file}\n"
+                     f"{log_errors(triton.log_file)}")
+        for group in groups:
+            for model in group if args.quick else [*group, *reversed(group)]:
+                runs[model].append(run_bench(loaded, model=model, url=url, server_pid=triton.pid,
+                                             concurrency=levels(args, concurrency), seconds=args.seconds,
+                                             tool=args.tool, inputs=(inputs or {}).get(model)))
     return {model: averaged(reports) for model, reports in runs.items()}
+
+
+def levels(args, concurrency: list[int]) -> list[int]:
+    """The concurrency levels to measure: ``concurrency``, or its first alone with --quick."""
+    return concurrency[:1] if args.quick else concurrency
+
+
+def log_errors(log_file: Path, count: int = 12) -> str:
+    """The last ``count`` error lines of a server log (Triton's start with E and a date), else its last
+    lines."""
+    try:
+        lines = Path(log_file).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line for line in lines if re.match(r"E\d{4} ", line)]
+    return "\n".join((errors or lines)[-count:])
 
 
 def averaged(reports: list) -> object:
@@ -222,12 +271,10 @@ def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:
 
 def built_model(project: Path) -> tuple[str, dict[str, bytes]]:
     """Build cpp-backend ``project``: its first model's config.pbtxt as it is and {library file name: bytes}."""
-    from triton_backend_gen.commands.build import build
     from triton_backend_gen.project import load_project
 
-    loaded = load_project(project)
-    build(loaded)
-    config = config_of(project, loaded.models[0].name)
+    build(project)
+    config = config_of(project, load_project(project).models[0].name)
     backend = re.search(r'backend: "([^"]+)"', config).group(1)
     library = f"libtriton_{backend}.so"
     return config, {library: next((project / "build" / "install").rglob(library)).read_bytes()}
@@ -252,11 +299,15 @@ def cpp_pairs(scratch: Path, args) -> None:
     add_model(project, "floor_16", with_backend(generated, "floor_ref"), floor)
     add_model(project, "floor_64k", with_dims(with_backend(generated, "floor_ref"), SIZES["64k"]), floor)
     external = add_reference_backend(project, Path(args.reference_backend), generated) if args.reference_backend else None
-    for size, (mine, floor) in {"16": ("add_sub", "floor_16"), "64k": ("add_sub_64k", "floor_64k")}.items():
-        models = [mine, floor] + ([f"reference_{size}"] if external else [])
-        inputs = {mine: inputs_of(SIZES[size]), floor: inputs_of(SIZES[size]),
-                  f"reference_{size}": {"INPUT": inputs_of(SIZES[size])["INPUT0"]}}
-        reports = measure(project, models, [1, 8], args, inputs)
+    pairs = {"16": ("add_sub", "floor_16"), "64k": ("add_sub_64k", "floor_64k")}
+    groups = [[mine, floor, *([f"reference_{size}"] if external else [])]
+              for size, (mine, floor) in pairs.items()]
+    inputs = {}
+    for size, (mine, floor) in pairs.items():
+        inputs |= {mine: inputs_of(SIZES[size]), floor: inputs_of(SIZES[size]),
+                   f"reference_{size}": {"INPUT": inputs_of(SIZES[size])["INPUT0"]}}
+    reports = measure(project, groups, [1, 8], args, inputs)
+    for size, (mine, floor) in pairs.items():
         print_pair(f"C++ FP32 [{SIZES[size]}]: generated add/sub vs floor", reports[mine], reports[floor],
                    ("generated", "floor"))
         if external:
@@ -308,10 +359,12 @@ def signature_pairs(scratch: Path, args) -> None:
                        "LABEL BYTES [1]",
               "text_1": "C++ BYTES TEXT [1] -> OUT [1] (8-32 byte strings)",
               "text_64k": "C++ BYTES TEXT [65536] -> OUT [65536] (8-32 byte strings)"}
+    groups = [[f"{model}_generated", f"{model}_floor"] for model in SIGNATURES]
+    inputs = {name: signature_inputs(model)
+              for model in SIGNATURES for name in (f"{model}_generated", f"{model}_floor")}
+    reports = measure(host, groups, [1, 8], args, inputs)
     for model in SIGNATURES:
         mine, theirs = f"{model}_generated", f"{model}_floor"
-        request = signature_inputs(model)
-        reports = measure(host, [mine, theirs], [1, 8], args, {mine: request, theirs: request})
         print_pair(f"{titles[model]}: generated vs floor", reports[mine], reports[theirs], ("generated", "floor"))
 
 
@@ -338,21 +391,19 @@ def python_pairs(scratch: Path, args) -> None:
     add_model(project, "add_sub_loop", generated, {"1/model.py": PER_REQUEST_LOOP.encode()})
     for dynamic in (True, False):
         for model in ("add_sub", "add_sub_loop"):
-            (project / "model_repository" / model / "config.pbtxt").write_text(with_batching(generated, dynamic))
-        reports = measure(project, ["add_sub", "add_sub_loop"], [1, 8, 32], args)
+            config = with_name(with_batching(generated, dynamic), model)
+            (project / "model_repository" / model / "config.pbtxt").write_text(config)
+        reports = measure(project, [["add_sub", "add_sub_loop"]], [1, 8, 32], args)
         mode = "dynamic batching 100 us" if dynamic else "no dynamic batching"
         print_pair(f"Python FP32 [16], {mode}: generated model.py vs per-request loop", reports["add_sub"],
                    reports["add_sub_loop"], ("generated", "loop"))
 
 
 def decoupled(scratch: Path, args) -> None:
-    from triton_backend_gen.commands.build import build
-    from triton_backend_gen.project import load_project
-
     project = new_project(scratch / "bench-dec", "decoupled-backend", language="cpp")
-    build(load_project(project))
+    build(project)
     inputs = {"IN": np.arange(16, dtype=np.int32), "DELAY": np.zeros(16, np.uint32), "WAIT": np.zeros(1, np.uint32)}
-    (report,) = measure(project, ["repeat_int32"], [1, 8], args, inputs).values()
+    (report,) = measure(project, [["repeat_int32"]], [1, 8], args, inputs).values()
     print(f"\nDecoupled C++ repeat, 16 responses per request, no delay  ({report.tool})")
     for level in report.levels:
         print(f"  {level.concurrency:>2} streams: {level.responses_per_s:>10,.0f} responses/s "
@@ -361,13 +412,10 @@ def decoupled(scratch: Path, args) -> None:
 
 
 def composed(scratch: Path, args) -> None:
-    from triton_backend_gen.commands.build import build
-    from triton_backend_gen.project import load_project
-
     project = new_project(scratch / "bench-ens", "cpp-backend", pattern="ensemble")
-    build(load_project(project))
+    build(project)
     steps = ["preprocess", "add_sub", "postprocess"]
-    reports = measure(project, ["ensemble", *steps], [1, 8], args)
+    reports = measure(project, [["ensemble", *steps]], [1, 8], args)
     ensemble = reports["ensemble"]
     print(f"\nEnsemble preprocess (Python) -> add_sub (C++) -> postprocess (Python), FP32 [16]  ({ensemble.tool})")
     print(f"  {'conc':>4}  {'ensemble':>12}  {'steps in a row':>14}  {'ratio':>6}  {'ensemble p50':>12}  "
@@ -380,12 +428,12 @@ def composed(scratch: Path, args) -> None:
               f"{level.throughput / serial:>5.2f}x  {level.p50_us:>9,.0f} us  {p50_sum:>8,.0f} us  "
               f"{level.p50_us / p50_sum:>5.2f}x  " + " + ".join(f"{part.p50_us:,.0f}" for part in parts))
     router = new_project(scratch / "bench-bls", "python-backend", pattern="bls")
-    reports = measure(router, ["bls_sync", "add_sub"], [1, 8], args)  # bls_sync's request names add_sub
+    reports = measure(router, [["bls_sync", "add_sub"]], [1, 8], args)  # bls_sync's request names add_sub
     print_pair("Python BLS router (bls_sync -> add_sub) vs add_sub directly, FP32 [16]", reports["bls_sync"],
                reports["add_sub"], ("via BLS", "direct"))
     router = new_project(scratch / "bench-cbls", "cpp-backend", pattern="bls")
-    build(load_project(router))
-    reports = measure(router, ["bls_sync", "add_sub"], [1, 8], args)
+    build(router)
+    reports = measure(router, [["bls_sync", "add_sub"]], [1, 8], args)
     print_pair("C++ BLS router (bls_sync -> Python add_sub) vs add_sub directly, FP32 [16]", reports["bls_sync"],
                reports["add_sub"], ("via BLS", "direct"))
 
@@ -422,13 +470,14 @@ def torch_site() -> tuple[str | None, str]:
 
 def framework_pairs(scratch: Path, args) -> None:
     """The generated libtorch backend against python+torch (per request) and the floor, in one server."""
+    from triton_backend_gen.project import load_project
     from triton_backend_gen.scaffold import write_example_model
 
     projects = {}
     for size, dims in SIZES.items():
         project = new_project(scratch / f"bench-torch-{size.lower()}", "cpp-backend", framework="libtorch",
                               dims=str(dims))
-        example = write_example_model(project)
+        example = write_example_model(load_project(project))
         if not example.written:
             print(f"\nframeworks skipped: no example model.pt ({example.message})")
             return
@@ -446,8 +495,7 @@ def framework_pairs(scratch: Path, args) -> None:
     for size in SIZES:
         add_model(host, f"floor_{size}", with_backend(configs[size][0], "floor_ref"), floor)
         if site is not None:
-            config = re.sub(r'(?m)^name: "[^"]*"\n', "", with_backend(configs[size][0], "python"))
-            add_model(host, f"torch_py_{size}", config,
+            add_model(host, f"torch_py_{size}", with_backend(configs[size][0], "python"),
                       {"1/model.py": TORCH_PER_REQUEST.encode(), "1/model.pt": projects[size][1]})
     if site is None:
         print(f"\npython+torch baseline skipped: {why_not}")
@@ -457,11 +505,14 @@ def framework_pairs(scratch: Path, args) -> None:
     os.environ[TORCH_SITE_ENV] = site or ""  # the embedded server and its python stubs inherit os.environ
     ratios: dict[tuple[str, str], list[float]] = {}
     try:
-        for size, mine in {"16": "add_sub", "64k": "add_sub_64k"}.items():
+        mine_of = {"16": "add_sub", "64k": "add_sub_64k"}
+        groups = [[mine_of[size], *([f"torch_py_{size}"] if site is not None else []), f"floor_{size}"]
+                  for size in SIZES]
+        requests = {model: inputs_of(SIZES[size])
+                    for size, group in zip(SIZES, groups, strict=True) for model in group}
+        reports = measure(host, groups, [1, 8], args, requests)
+        for size, mine in mine_of.items():
             python, floor_model = f"torch_py_{size}", f"floor_{size}"
-            models = [mine, *([python] if site is not None else []), floor_model]
-            request = inputs_of(SIZES[size])
-            reports = measure(host, models, [1, 8], args, {model: request for model in models})
             for baseline, name in ((python, "python+torch"), (floor_model, "floor")):
                 if baseline in reports:
                     print_pair(f"libtorch FP32 [{SIZES[size]}]: generated vs {name}" +
@@ -514,7 +565,7 @@ def sequence_pairs(scratch: Path, args) -> None:
     add_model(project, "floor_oldest", with_backend(oldest[0], "floor_ref"), floor)
     inputs = {"INPUT": np.random.default_rng(0).uniform(-10, 10, (1, 16)).astype(np.float32)}
     models = ["accumulate", "accumulate_oldest", "accumulate_state", "stateless", "floor_direct", "floor_oldest"]
-    reports = measure(project, models, [1, 8], args, {model: inputs for model in models})
+    reports = measure(project, [models], [1, 8], args, {model: inputs for model in models})
     for model, what, floor_model in (("accumulate", "direct", "floor_direct"),
                                      ("accumulate_oldest", "oldest", "floor_oldest"),
                                      ("accumulate_state", "direct, implicit state", "floor_direct")):
@@ -526,7 +577,7 @@ def sequence_pairs(scratch: Path, args) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; ``parts``: the parts to run, in order (all of PARTS without --only)."""
-    from triton_backend_gen.bench import parse_duration
+    from triton_backend_gen.perf import parse_duration
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="5s", help="measurement time per level")
@@ -536,6 +587,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reference-backend", metavar="DIR",
                         help="also compare with the backend built in DIR (libtriton_<name>.so with one FP32 input INPUT "
                              "and one output OUTPUT, such as Triton's recommended example; built by you, never committed)")
+    parser.add_argument("--work-dir", metavar="DIR", type=Path,
+                        help="keep the projects, builds and server logs in DIR, new or empty "
+                             "(default: a temporary directory)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: concurrency 1 only, each model measured once (the tables, "
+                             "not the figures)")
     args = parser.parse_args(argv)
     args.seconds = parse_duration(args.duration)
     args.parts = list(dict.fromkeys(args.only or PARTS))
@@ -549,12 +606,16 @@ def main() -> None:
     if cached_sources(f"r{RELEASE}") is None:
         sys.exit(f"Triton r{RELEASE} sources are not in {sources_dir()}: fill the cache first (tbgen deps fetch).")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};"
-          f" client and server share the CPUs")
+          " client and server share the CPUs" + ("; --quick: a smoke run, its figures mean nothing"
+                                                 if args.quick else ""))
     parts = {"cpp": cpp_pairs, "signatures": signature_pairs, "python": python_pairs, "decoupled": decoupled,
              "frameworks": framework_pairs, "composed": composed, "sequence": sequence_pairs}
-    with tempfile.TemporaryDirectory(prefix="tbgen-bench-backends-") as scratch:
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tbgen-bench-backends-") as temporary:
+        scratch = (args.work_dir or Path(temporary)).resolve()
         for name in args.parts:
-            parts[name](Path(scratch), args)
+            parts[name](scratch, args)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,14 @@ def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedPro
     )
 
 
+def project_of(path: Path):
+    """The tbgen project at or above ``path`` (a directory or a config file), or None."""
+    from triton_backend_gen.project import load_project_or_none
+
+    path = Path(path)
+    return load_project_or_none(path if path.is_dir() else path.parent)
+
+
 def check_results(output: str) -> dict[str, str]:
     """check name ("infer [http]") -> "pass" or "FAIL", from what `tbgen test` prints off a terminal: a line per
     check ("pass  infer [http]  0.02 s") with its detail indented beneath."""

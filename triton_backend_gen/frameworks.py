@@ -62,6 +62,17 @@ def check_signature(name: str, signature: Signature, *, own: bool, batching: boo
     chosen = FRAMEWORKS.get(name)
     if chosen is None:
         return
+    _check_datatypes(chosen, signature)
+    optional = [t.name for t in signature.inputs if t.optional]
+    if optional and not chosen.optional_inputs:
+        raise AnswerError(f"{chosen.title} models take every input: {', '.join(optional)} cannot be "
+                          "optional.", "Drop :optional from those inputs.")
+    if name == "opencv-dnn" and own:
+        _check_opencv_example(signature, batching)
+
+
+def _check_datatypes(chosen: Framework, signature: Signature) -> None:
+    """AnswerError for the first tensor whose datatype ``chosen`` has no tensor type for."""
     for tensor in (*signature.inputs, *signature.outputs):
         if tensor.datatype not in chosen.datatypes:
             raise AnswerError(
@@ -70,18 +81,19 @@ def check_signature(name: str, signature: Signature, *, own: bool, batching: boo
                 f"Declare {tensor.name} with one of those datatypes, e.g. --set dtype={chosen.datatypes[-1]}, or "
                 "drop --set framework=... and write the computation in Compute().",
             )
-    optional = [t.name for t in signature.inputs if t.optional]
-    if optional and not chosen.optional_inputs:
-        raise AnswerError(f"{chosen.title} models take every input: {', '.join(optional)} cannot be optional.",
-                          "Drop :optional from those inputs.")
-    if name == "opencv-dnn" and own:
-        # What OpenCV 4.6 imports of the placeholder graph (Abs, Sign, ReduceSum, Expand) correctly.
-        shaped = [t.name for t in (*signature.inputs, *signature.outputs) if len(t.backend_dims) != 1 or -1 in t.dims]
-        if not batching or shaped:
-            raise AnswerError(
-                "The OpenCV DNN example model for a signature of your own needs a batch dimension (max_batch_size "
-                "> 0) and tensors of one fixed dimension each"
-                + (f"; {', '.join(shaped)} {'is' if len(shaped) == 1 else 'are'} not." if shaped else "."),
-                "Declare e.g. --input X:FP32:16 --output Y:FP32:4 with --set max_batch_size=8, or use "
-                "--framework libtorch (any shape), or keep the add/sub example and drop in your own model.onnx.",
-            )
+
+
+def _check_opencv_example(signature: Signature, batching: bool) -> None:
+    """AnswerError unless the OpenCV DNN example model can be exported for the user's own ``signature``: it
+    needs a batch dimension and tensors of one fixed dimension each."""
+    # What OpenCV 4.6 imports of the placeholder graph (Abs, Sign, ReduceSum, Expand) correctly.
+    shaped = [t.name for t in (*signature.inputs, *signature.outputs)
+              if len(t.backend_dims) != 1 or -1 in t.dims]
+    if not batching or shaped:
+        raise AnswerError(
+            "The OpenCV DNN example model for a signature of your own needs a batch dimension "
+            "(max_batch_size > 0) and tensors of one fixed dimension each"
+            + (f"; {', '.join(shaped)} {'is' if len(shaped) == 1 else 'are'} not." if shaped else "."),
+            "Declare e.g. --input X:FP32:16 --output Y:FP32:4 with --set max_batch_size=8, or use "
+            "--framework libtorch (any shape), or keep the add/sub example and drop in your own model.onnx.",
+        )

@@ -20,7 +20,7 @@ import enum
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,8 @@ class Project:
     native: NativeSpec | None = None
     python_based_dir: Path | None = None  # backends/<backend> of a Python-based backend
     framework: str = "none"  # the inference library a cpp-backend wraps (frameworks.FRAMEWORKS), or "none"
+    # the [answers] table: the answers the project was rendered with (left out of the hash: a dict has none)
+    answers: dict[str, Any] = field(default_factory=dict, hash=False)
 
     # --- what it is ----------------------------------------------------------------------------------------
     @property
@@ -198,7 +200,7 @@ def load_project(path: Path) -> Project:
         )
     file = root / PROJECT_FILE
     try:
-        return parse_project(root, tomllib.loads(file.read_text()))
+        return parse_project(root, toml_tables(file.read_text()))
     except tomllib.TOMLDecodeError as err:
         raise ProjectError(f"{file} is not valid TOML: {err}", "Fix the file or render the project again.") from err
     except UnknownReleaseError as err:
@@ -208,6 +210,20 @@ def load_project(path: Path) -> Project:
             f"{file} lacks or mistypes the entry {err}.",
             "Compare it with docs/templates.md, or restore it from version control.",
         ) from err
+
+
+def toml_tables(text: str) -> dict[str, Any]:
+    """The tables of ``text``, a tbgen.toml or an answers file in TOML (the one place tbgen parses TOML);
+    tomllib.TOMLDecodeError when it is not TOML."""
+    return tomllib.loads(text)
+
+
+def model_tables(text: str) -> list[dict[str, Any]]:
+    """The [[models]] tables of ``text``, a tbgen.toml."""
+    return list(toml_tables(text).get("models", []))
+
+
+TOMLError = tomllib.TOMLDecodeError  # what toml_tables raises for text that is not TOML
 
 
 def load_project_or_none(path: Path) -> Project | None:
@@ -220,11 +236,10 @@ def parse_project(root: Path, data: dict[str, Any]) -> Project:
     meta, proj = data["tbgen"], data["project"]
     repository = root / str(proj.get("model_repository", "model_repository"))
     based = data.get("python_based_backend")
-    language = str(proj["language"])
-    if language not in ("cpp", "python"):
-        raise ValueError(f"project.language = {language!r} (cpp or python)")
-    kind = BackendKind.CPP if language == "cpp" else BackendKind.PYTHON_BASED if based else BackendKind.PYTHON
-    native = data.get("native")
+    kind = _backend_kind(str(proj["language"]), python_based=bool(based))
+    native, answers = data.get("native"), data.get("answers", {})
+    if not isinstance(answers, dict):
+        raise ValueError(f"answers = {answers!r} (a table)")
     return Project(
         root=root,
         template=str(meta["template"]),
@@ -235,15 +250,31 @@ def parse_project(root: Path, data: dict[str, Any]) -> Project:
         release=versions.resolve(str(proj["triton_version"])),
         gpu=bool(proj.get("gpu", False)),
         model_repository=repository,
-        models=tuple(ModelEntry(str(m["name"]), repository / str(m["name"]), bool(m.get("decoupled", False)),
-                                root / str(m.get("reference", "reference.py")), str(m.get("pattern", "")),
-                                str(m["backend"]) if "backend" in m else None,
-                                tuple(str(name) for name in m.get("calls", ())),
-                                tuple(str(name) for name in m.get("metrics", ())),
-                                tuple((str(k), str(v)) for k, v in m.get("parameters", {}).items()))
-                     for m in data.get("models", [])),
+        models=tuple(_model_entry(root, repository, m) for m in data.get("models", [])),
         native=NativeSpec(root / native["source_dir"], str(native["module"]), root / native["install_dir"])
         if native else None,
         python_based_dir=root / str(based.get("dir", f"backends/{proj['backend']}")) if based else None,
         framework=str(proj.get("framework", "none")),
+        answers=dict(answers),
+    )
+
+
+def _backend_kind(language: str, *, python_based: bool) -> BackendKind:
+    """What serves the models of a project in ``language`` (ValueError for another than cpp or python)."""
+    if language not in ("cpp", "python"):
+        raise ValueError(f"project.language = {language!r} (cpp or python)")
+    if language == "cpp":
+        return BackendKind.CPP
+    return BackendKind.PYTHON_BASED if python_based else BackendKind.PYTHON
+
+
+def _model_entry(root: Path, repository: Path, table: dict[str, Any]) -> ModelEntry:
+    """One [[models]] table as a ModelEntry."""
+    return ModelEntry(
+        str(table["name"]), repository / str(table["name"]), bool(table.get("decoupled", False)),
+        root / str(table.get("reference", "reference.py")), str(table.get("pattern", "")),
+        str(table["backend"]) if "backend" in table else None,
+        tuple(str(name) for name in table.get("calls", ())),
+        tuple(str(name) for name in table.get("metrics", ())),
+        tuple((str(k), str(v)) for k, v in table.get("parameters", {}).items()),
     )

@@ -87,12 +87,19 @@ def parse_dims(value: Any, *, what: str = "dims", allow_empty: bool = False) -> 
         dims = tuple(int(p) for p in parts)
     except ValueError:
         dims = None
-    if dims is None or (not dims and not allow_empty) or any(d == 0 or d < -1 or d > INT64_MAX for d in dims):
+    if dims is None or not _valid_dims(dims, allow_empty=allow_empty):
         raise AnswerError(
             f"{what} must be a comma-separated list of positive sizes or -1 (variable), got {value!r}.",
             "Examples: 16, 3,224,224, -1",
         )
     return dims
+
+
+def _valid_dims(dims: tuple[int, ...], *, allow_empty: bool) -> bool:
+    """Whether ``dims`` is a shape: each a positive size (an int64) or -1, and some unless ``allow_empty``."""
+    if not dims:
+        return allow_empty
+    return all(d == -1 or 0 < d <= INT64_MAX for d in dims)
 
 
 @dataclass(frozen=True)
@@ -183,16 +190,8 @@ def from_flags(inputs: Iterable[str], outputs: Iterable[str]) -> Signature | Non
 
 
 def _tensor_from_table(table: Any, where: str, *, output: bool) -> Tensor:
-    if not isinstance(table, Mapping):
-        raise AnswerError(f"{where} must be a table with name, datatype and dims, got {table!r}.",
-                          'Example: { name = "TEXT", datatype = "BYTES", dims = [1] }')
-    unknown = sorted(set(table) - {"name", "datatype", "dims", "optional", "reshape", "label_filename"})
-    if unknown:
-        raise AnswerError(f"{where} has unknown keys {', '.join(unknown)}.",
-                          "A tensor has name, datatype, dims, and optional (inputs) or label_filename (outputs).")
-    for key in ("name", "datatype", "dims"):
-        if key not in table:
-            raise AnswerError(f"{where} lacks {key}.", 'Example: { name = "TEXT", datatype = "BYTES", dims = [1] }')
+    """One [[models.inputs]]/[[models.outputs]] table (``where`` names it in errors) as a Tensor."""
+    _check_table_keys(table, where)
     optional = table.get("optional", False)
     if not isinstance(optional, bool):
         raise AnswerError(f"{where}: optional must be true or false, got {optional!r}.", "Example: optional = true")
@@ -200,9 +199,7 @@ def _tensor_from_table(table: Any, where: str, *, output: bool) -> Tensor:
         raise AnswerError(f"{where}: outputs cannot be optional.", "Drop optional from the output.")
     name = check_tensor_name(table["name"])
     reshape = table.get("reshape")
-    label = table.get("label_filename")
-    if label is not None and (output is False or not isinstance(label, str) or "/" in label or not label.strip()):
-        raise AnswerError(f"{where}: label_filename must be a file name, on an output.", 'Example: "labels.txt"')
+    label = _label_filename(table.get("label_filename"), where, output=output)
     return Tensor(
         name,
         datatype(table["datatype"]).wire,
@@ -211,6 +208,30 @@ def _tensor_from_table(table: Any, where: str, *, output: bool) -> Tensor:
         None if reshape is None else parse_dims(reshape, what=f"{where} reshape", allow_empty=True),
         label,
     )
+
+
+def _check_table_keys(table: Any, where: str) -> None:
+    """AnswerError unless ``table`` is a table with name, datatype and dims, and no key a tensor does not
+    have."""
+    example = 'Example: { name = "TEXT", datatype = "BYTES", dims = [1] }'
+    if not isinstance(table, Mapping):
+        raise AnswerError(f"{where} must be a table with name, datatype and dims, got {table!r}.", example)
+    unknown = sorted(set(table) - {"name", "datatype", "dims", "optional", "reshape", "label_filename"})
+    if unknown:
+        raise AnswerError(f"{where} has unknown keys {', '.join(unknown)}.",
+                          "A tensor has name, datatype, dims, and optional (inputs) or label_filename "
+                          "(outputs).")
+    missing = next((key for key in ("name", "datatype", "dims") if key not in table), None)
+    if missing is not None:
+        raise AnswerError(f"{where} lacks {missing}.", example)
+
+
+def _label_filename(label: Any, where: str, *, output: bool) -> str | None:
+    """A table's label_filename: None, or on an output, the name of a file beside config.pbtxt."""
+    if label is not None and (not output or not isinstance(label, str) or "/" in label or not label.strip()):
+        raise AnswerError(f"{where}: label_filename must be a file name, on an output.",
+                          'Example: "labels.txt"')
+    return label
 
 
 def from_tables(inputs: Any, outputs: Any, where: str = "signature") -> Signature:
@@ -246,6 +267,24 @@ def validate(signature: Signature, *, sequence: bool = False, bf16: bool = True)
     state STATE_IN/STATE_OUT) and is the accumulator (:func:`check_accumulator`).
     ``bf16``: the backend can serve BF16 (the python backend cannot: its numpy has no bfloat16).
     """
+    _check_tensors_named_apart(signature)
+    if all(t.optional for t in signature.inputs):
+        raise AnswerError(
+            "Every input is optional: at least one must be required (a request's batch size comes from it).",
+            "Drop :optional from one input.",
+        )
+    if sequence:
+        _check_sequence_names(signature)
+        check_accumulator(signature)
+    if not bf16:
+        _check_no_bf16(signature)
+    for tensor in (*signature.inputs, *signature.outputs):
+        _check_reshape(tensor)
+    return signature
+
+
+def _check_tensors_named_apart(signature: Signature) -> None:
+    """AnswerError unless the signature has inputs and outputs, each tensor with a name of its own."""
     example = f"Example: {FLAG_EXAMPLE}"
     if not signature.inputs or not signature.outputs:
         raise AnswerError("A signature needs at least one input and one output.", example)
@@ -253,36 +292,41 @@ def validate(signature: Signature, *, sequence: bool = False, bf16: bool = True)
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise AnswerError(f"Tensor names must be distinct; {', '.join(duplicates)} is used twice.", example)
-    if all(t.optional for t in signature.inputs):
+
+
+def _check_sequence_names(signature: Signature) -> None:
+    """AnswerError for a tensor named as a control input or the implicit state of the sequence batcher."""
+    names = [t.name for t in (*signature.inputs, *signature.outputs)]
+    clashes = [n for n in names if n in SEQUENCE_CONTROL_NAMES + STATE_NAMES]
+    if clashes:
         raise AnswerError(
-            "Every input is optional: at least one must be required (a request's batch size comes from it).",
-            "Drop :optional from one input.",
+            f"{', '.join(clashes)}: the sequence batcher's control inputs and implicit state take these "
+            "names.",
+            "Rename the tensor (e.g. START -> START_TOKENS).",
         )
-    if sequence:
-        clashes = [n for n in names if n in SEQUENCE_CONTROL_NAMES + STATE_NAMES]
-        if clashes:
-            raise AnswerError(
-                f"{', '.join(clashes)}: the sequence batcher's control inputs and implicit state take these names.",
-                "Rename the tensor (e.g. START -> START_TOKENS).",
-            )
-        check_accumulator(signature)
-    if not bf16:
-        bf16_names = [t.name for t in (*signature.inputs, *signature.outputs) if t.datatype == "BF16"]
-        if bf16_names:
-            raise AnswerError(
-                f"{', '.join(bf16_names)}: the python backend cannot serve BF16 (its tensors are numpy arrays, and "
-                "numpy has no bfloat16).",
-                "Use FP16 or FP32, or the cpp-backend template, which serves BF16.",
-            )
-    for tensor in (*signature.inputs, *signature.outputs):
-        if tensor.reshape is not None and _count(tensor.reshape) != _count(tensor.dims) and -1 not in (
-            *tensor.dims, *tensor.reshape
-        ):
-            raise AnswerError(
-                f"{tensor.name}: reshape {list(tensor.reshape)} has another element count than dims "
-                f"{list(tensor.dims)}.", "A reshape keeps the number of elements."
-            )
-    return signature
+
+
+def _check_no_bf16(signature: Signature) -> None:
+    """AnswerError for a BF16 tensor (the python backend cannot serve one)."""
+    bf16_names = [t.name for t in (*signature.inputs, *signature.outputs) if t.datatype == "BF16"]
+    if bf16_names:
+        raise AnswerError(
+            f"{', '.join(bf16_names)}: the python backend cannot serve BF16 (its tensors are numpy arrays, "
+            "and numpy has no bfloat16).",
+            "Use FP16 or FP32, or the cpp-backend template, which serves BF16.",
+        )
+
+
+def _check_reshape(tensor: Tensor) -> None:
+    """AnswerError for a reshape that holds another number of elements than the dims (known when neither
+    has a variable dimension)."""
+    if tensor.reshape is None or -1 in (*tensor.dims, *tensor.reshape):
+        return
+    if _count(tensor.reshape) != _count(tensor.dims):
+        raise AnswerError(
+            f"{tensor.name}: reshape {list(tensor.reshape)} has another element count than dims "
+            f"{list(tensor.dims)}.", "A reshape keeps the number of elements."
+        )
 
 
 def _count(dims: Iterable[int]) -> int:

@@ -1,6 +1,5 @@
 """The package's layers as docs/architecture.md draws them: lower layers never import higher ones, no import
-cycles between modules or packages, and no imports inside functions (the CLI and the pytest plugin load
-modules lazily through importlib, each in one function)."""
+cycles between modules or packages, no imports inside functions, and no command module importing another."""
 
 from __future__ import annotations
 
@@ -13,12 +12,13 @@ PACKAGE = Path(triton_backend_gen.__file__).parent
 # Rank of each top-level module or package: an import may go to the same rank or a lower one.
 RANKS = {
     "versions": 0, "errors": 0, "signals": 0, "project": 0, "signature": 0, "frameworks": 0, "__init__": 0,
+    "findings": 0, "lazy": 0,
     "scaffold": 1, "model_config": 1,
-    "engine": 2, "discovery": 2,
+    "docker_engine": 2, "discovery": 2,
     "toolchain": 3, "runtime": 3,
-    "smoke": 4, "bench": 4,
-    "commands": 5, "testing": 5,
-    "cli": 6, "terminal": 6, "__main__": 6,
+    "smoke": 4, "perf": 4, "deploy": 4,
+    "commands": 5, "pytest_plugin": 5, "testing": 5,
+    "cli": 6, "__main__": 6,
 }
 
 
@@ -124,3 +124,9 @@ def test_the_rank_table_is_not_vacuous():
     edges = sum(len(targets) for targets, _ in GRAPH.values())
     assert edges > 50 and "project" in GRAPH["commands.test"][0] and "runtime" in {
         top(t) for t in GRAPH["commands.test"][0]}
+
+
+def test_no_command_imports_another_command():
+    leaning = [f"{name} -> {target}" for name, (targets, _) in GRAPH.items() if name.startswith("commands.")
+               for target in targets if target.startswith("commands.") and top(target) == "commands"]
+    assert leaning == []

@@ -1,9 +1,13 @@
 """bench/backends.py without a server: its command line, the signatures part's signatures are valid and its
 requests fit them, the floor backend (bench/floor_backend.cc) compiles against Triton's headers, and the
-frameworks part's python+torch baseline finds torch and computes what the libtorch backend's example model does."""
+frameworks part's python+torch baseline finds torch and computes what the libtorch backend's example model does.
+What every bench/ script imports of tbgen exists (the fast tier's guard; tests/bench/test_bench_parts.py runs
+the scripts)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import os
 import shutil
@@ -62,6 +66,51 @@ def test_only_selects_parts_and_frameworks_is_one(backends):
     assert backends.parse_args(repeated).parts == ["cpp", "frameworks"]
     assert backends.parse_args([]).parts == list(backends.PARTS)
     assert "frameworks" in backends.PARTS and backends.parse_args([]).seconds == 5.0
+
+
+def test_quick_measures_the_first_level_once_and_is_off_by_default(backends, tmp_path):
+    normal = backends.parse_args([])
+    assert not normal.quick and normal.work_dir is None and backends.levels(normal, [1, 8, 32]) == [1, 8, 32]
+    quick = backends.parse_args(["--quick", "--duration", "0.3s", "--work-dir", str(tmp_path)])
+    assert quick.quick and quick.seconds == 0.3 and quick.work_dir == tmp_path
+    assert backends.levels(quick, [1, 8, 32]) == [1]
+
+
+def test_a_model_added_from_a_copied_config_carries_its_own_name(backends, tmp_path):
+    """python-backend's config.pbtxt names its model: a copy served under another directory must not keep that
+    name, or Triton refuses to load it (what broke `--only python`)."""
+    project = backends.new_project(tmp_path / "bench-py", "python-backend")
+    config = backends.config_of(project, "add_sub")
+    assert 'name: "add_sub"' in config
+    backends.add_model(project, "add_sub_loop", config, {"1/model.py": b"# loop"})
+    copied = backends.config_of(project, "add_sub_loop")
+    assert copied.count('name: "add_sub_loop"') == 1 and 'name: "add_sub"\n' not in copied
+    assert 'name: "INPUT0"' in copied  # tensor names are not the model's
+    assert backends.with_name("backend: \"x\"\n", "m").startswith('name: "m"\n')  # inserted when absent
+    from triton_backend_gen.project import load_project
+
+    assert "add_sub_loop" in [model.name for model in load_project(project).models]
+
+
+def tbgen_imports(script: Path) -> list[tuple[str, str | None]]:
+    """(module, name) for each ``from triton_backend_gen... import name`` and ``import triton_backend_gen...``
+    in ``script``, at any depth (the bench scripts import lazily, inside functions)."""
+    found = []
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("triton_backend_gen"):
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names
+                      if alias.name.startswith("triton_backend_gen")]
+    return found
+
+
+@pytest.mark.parametrize("script", sorted(path.name for path in BENCH.glob("*.py")))
+def test_what_each_bench_script_imports_of_tbgen_exists(script):
+    for module, name in tbgen_imports(BENCH / script):
+        imported = importlib.import_module(module)
+        if name is not None and not hasattr(imported, name):
+            importlib.import_module(f"{module}.{name}")  # a submodule; raises when that is missing too
 
 
 def test_an_unknown_part_is_refused(backends, capsys):

@@ -9,8 +9,8 @@ import re
 import pytest
 from conftest import new_project, run_tbgen, triton_sources_or_skip
 
-from triton_backend_gen.bench import BenchReport
-from triton_backend_gen.bench.perf_analyzer import find_perf_analyzer
+from triton_backend_gen.perf import BenchReport
+from triton_backend_gen.perf.perf_analyzer import find_perf_analyzer
 
 pytestmark = pytest.mark.slow
 

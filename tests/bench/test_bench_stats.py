@@ -8,9 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from triton_backend_gen.bench import BenchReport, Level, compare, parse_concurrency, parse_duration, percentiles
-from triton_backend_gen.bench import perf_analyzer as pa
 from triton_backend_gen.errors import UsageError
+from triton_backend_gen.perf import (
+    BenchReport,
+    Level,
+    compare,
+    parse_concurrency,
+    parse_duration,
+    percentiles,
+)
+from triton_backend_gen.perf import perf_analyzer as pa
 
 
 @pytest.mark.parametrize("samples", [[5.0], [1.0, 2.0], list(range(1, 101)), [3.0, 1.0, 7.5, 2.25, 9.0, 4.0, 4.0]])

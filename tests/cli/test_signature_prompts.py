@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from rich.prompt import Prompt
 
-from triton_backend_gen import cli, signature
+from triton_backend_gen import signature
+from triton_backend_gen.cli import scaffolding as cli
 from triton_backend_gen.scaffold import get_template, resolve_answers
 
 

@@ -23,7 +23,6 @@ import pytest
 import typer
 import typer.main
 
-
 import triton_backend_gen
 from triton_backend_gen.cli import app
 
@@ -63,7 +62,7 @@ def _docstrings(tree: ast.AST, keep_commands: bool) -> set[int]:
 def user_strings(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of every string literal of ``path`` that is not a docstring; f-string fields as _FIELD."""
     tree = ast.parse(path.read_text())
-    skipped = _docstrings(tree, keep_commands=path.name == "cli.py")
+    skipped = _docstrings(tree, keep_commands=path.parent.name == "cli")
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             skipped.update(id(value) for value in node.values)

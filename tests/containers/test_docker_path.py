@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import new_project, run_tbgen, triton_sources_or_skip
 
-from triton_backend_gen import engine
+from triton_backend_gen import docker_engine as engine
 
 pytestmark = pytest.mark.slow
 

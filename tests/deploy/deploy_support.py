@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_backend_gen.commands.deploy.tools import find_helm
+from triton_backend_gen.deploy.tools import find_helm
 from triton_backend_gen.errors import TbgenError
 
 

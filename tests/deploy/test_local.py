@@ -17,8 +17,8 @@ import pytest
 from conftest import new_project, run_tbgen
 from deploy_support import deploy_tools_or_skip
 
-from triton_backend_gen.commands.load_time import LOAD_TIME_FILE
-from triton_backend_gen.engine import PROJECT_LABEL
+from triton_backend_gen.docker_engine import PROJECT_LABEL
+from triton_backend_gen.runtime.load_time import LOAD_TIME_FILE
 
 
 @pytest.fixture(scope="module")

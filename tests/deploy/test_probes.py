@@ -12,9 +12,9 @@ import pytest
 from conftest import new_project
 from deploy_support import deploy_tools_or_skip
 
-from triton_backend_gen.commands.deploy import render_helm
-from triton_backend_gen.commands.deploy.chart import template_chart
-from triton_backend_gen.commands.deploy.local import (
+from triton_backend_gen.deploy import render_helm
+from triton_backend_gen.deploy.chart import template_chart
+from triton_backend_gen.deploy.local import (
     ADDRESS_FLAGS,
     Probe,
     ProbeMonitor,
@@ -22,7 +22,7 @@ from triton_backend_gen.commands.deploy.local import (
     docker_spec,
     pod_container,
 )
-from triton_backend_gen.commands.deploy.values import DeployError
+from triton_backend_gen.deploy.values import DeployError
 from triton_backend_gen.project import load_project
 from triton_backend_gen.runtime.server import free_port
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from triton_backend_gen.model_config import ERROR, WARNING, check_config
+from triton_backend_gen.findings import ERROR, WARNING
+from triton_backend_gen.model_config import check_config
 
 CORPUS = Path(__file__).parent / "corpus"
 VALID = sorted((CORPUS / "valid").glob("*.pbtxt"))

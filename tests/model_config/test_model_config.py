@@ -7,13 +7,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import project_of
 
 from triton_backend_gen.errors import ConfigError
+from triton_backend_gen.findings import ERROR, WARNING, Finding
 from triton_backend_gen.model_config import (
-    ERROR,
-    WARNING,
     Expectations,
-    Finding,
     check_config,
     find_configs,
     load_model_config,
@@ -114,8 +113,8 @@ def test_unreadable_config(tmp_path):
 
 
 def test_finding_text():
-    assert str(Finding(Path("m/config.pbtxt"), 7, "bad dims", ERROR)) == "m/config.pbtxt:7: error: bad dims"
-    assert str(Finding(Path("m/config.pbtxt"), None, "no version", WARNING)) == "m/config.pbtxt: warning: no version"
+    assert str(Finding(ERROR, "bad dims", path=Path("m/config.pbtxt"), line=7)) == "m/config.pbtxt:7: error: bad dims"
+    assert str(Finding(WARNING, "no version", path=Path("m/config.pbtxt"))) == "m/config.pbtxt: warning: no version"
 
 
 def test_lines_in_repeated_blocks_and_angle_brackets(tmp_path):
@@ -393,26 +392,26 @@ def add_model(root: Path, name="add_sub", **fields) -> Path:
 def test_validate_tree_clean_cpp_project(tmp_path):
     root = project(tmp_path)
     add_model(root)
-    assert validate_tree(root) == []
-    assert validate_tree(root / "model_repository") == []  # tbgen.toml is found above the path
+    assert validate_tree(root, project_of(root)) == []
+    assert validate_tree(root / "model_repository", project_of(root / "model_repository")) == []  # tbgen.toml is found above the path
 
 
 def test_validate_tree_applies_the_project_expectations(tmp_path):
     root = project(tmp_path, gpu=False, decoupled=True)
     config = add_model(root, backend="someone_else", kind="KIND_GPU")
-    messages = sorted(f.message for f in errors(validate_tree(root)))
+    messages = sorted(f.message for f in errors(validate_tree(root, project_of(root))))
     assert len(messages) == 3
     assert any("built without GPU support" in m for m in messages)
     assert any('does not match the project\'s backend "my_backend"' in m for m in messages)
     assert any("decoupled: true" in m for m in messages)
-    assert all(f.path == config for f in validate_tree(root))
+    assert all(f.path == config for f in validate_tree(root, project_of(root)))
 
 
 def test_validate_tree_gpu_project_accepts_gpu_instances(tmp_path):
     root = project(tmp_path, gpu=True)
     add_model(root, kind="KIND_GPU")
-    assert validate_tree(root) == []
-    (finding,) = validate_tree(root, gpus_visible=False)
+    assert validate_tree(root, project_of(root)) == []
+    (finding,) = validate_tree(root, project_of(root), gpus_visible=False)
     assert finding.severity == WARNING and "shows no GPU" in finding.message
 
 
@@ -420,33 +419,33 @@ def test_validate_tree_python_project_expects_the_python_backend(tmp_path):
     root = project(tmp_path, template="python-backend", language="python")
     config = add_model(root, backend="python")
     (config.parent / "1" / "model.py").write_text("")
-    assert validate_tree(root) == []
+    assert validate_tree(root, project_of(root)) == []
     config.write_text(config.read_text().replace('backend: "python"', 'backend: "my_backend"'))
-    (finding,) = validate_tree(root)
+    (finding,) = validate_tree(root, project_of(root))
     assert 'backend: "python"' in finding.message
 
 
 def test_validate_tree_python_based_backend_expects_the_project_backend(tmp_path):
     root = project(tmp_path, template="python-backend", language="python", python_based=True)
     add_model(root, backend="my_backend")
-    assert validate_tree(root) == []
+    assert validate_tree(root, project_of(root)) == []
 
 
 def test_validate_tree_checks_models_outside_tbgen_toml_without_expectations(tmp_path):
     root = project(tmp_path, gpu=False)
     add_model(root)
     extra = add_model(root, name="extra", backend="onnxruntime", kind="KIND_GPU")
-    assert validate_tree(root) == []  # "extra" is not the project's model: its GPU use is its own business
+    assert validate_tree(root, project_of(root)) == []  # "extra" is not the project's model: its GPU use is its own business
     extra.write_text(extra.read_text().replace("dims: [ 16 ]", "dims: [ ]", 1))
-    (finding,) = validate_tree(root)
+    (finding,) = validate_tree(root, project_of(root))
     assert finding.path == extra and "empty dims" in finding.message
 
 
 def test_validate_tree_without_a_project(tmp_path):
     config = add_model(tmp_path, name="a")  # tmp_path/model_repository/a, no tbgen.toml anywhere
-    assert validate_tree(tmp_path) == []
+    assert validate_tree(tmp_path, project_of(tmp_path)) == []
     config.write_text(config.read_text().replace("kind: KIND_CPU", "kind: KIND_CPU\n    gpus: [ 0 ]"))
-    (finding,) = validate_tree(tmp_path)
+    (finding,) = validate_tree(tmp_path, project_of(tmp_path))
     assert "lists gpus" in finding.message
 
 
@@ -459,7 +458,7 @@ def test_expectations_apply_only_inside_the_project_model_repository(tmp_path):
         ADD_SUB.format(backend="onnxruntime", kind="KIND_GPU", extra=""),
     )
     (fixture.parent / "1").mkdir()
-    assert validate_tree(root) == []
+    assert validate_tree(root, project_of(root)) == []
 
 
 def test_check_config_on_a_relative_path(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import new_project
 
-from triton_backend_gen.engine import Mount, process_start
+from triton_backend_gen.docker_engine import Mount, process_start
 from triton_backend_gen.project import load_project
 from triton_backend_gen.runtime import container
 

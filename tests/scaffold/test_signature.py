@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import project_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import model_config_pb2
@@ -123,7 +124,7 @@ def test_flags_render_a_config_with_every_tensor(tmp_path, template):
     assert [(t.name, t.data_type, list(t.dims)) for t in config.output] == [
         ("TOKENS", 9, [-1]), ("LABEL", 13, [1]), ("SCORE", 11, [4])]
     assert config.model_transaction_policy.decoupled == (template == "decoupled-backend")
-    assert [f for f in validate_tree(project / "model_repository") if f.severity == "error"] == []
+    assert [f for f in validate_tree(project / "model_repository", project_of(project / "model_repository")) if f.severity == "error"] == []
     # tbgen.toml records the signature, and a new project from it is the same project.
     recorded = tomllib.loads((project / "tbgen.toml").read_text())["models"][0]
     assert [t["name"] for t in recorded["inputs"]] == ["TEXT", "LANG", "IMG", "K"]
@@ -213,7 +214,7 @@ def test_an_imported_config_is_served_with_its_exact_tensors(tmp_path, source):
     if original.instance_group:
         assert list(generated.instance_group) == list(original.instance_group)
     assert generated.backend == "p"
-    assert [f for f in validate_tree(project / "model_repository") if f.severity == "error"] == []
+    assert [f for f in validate_tree(project / "model_repository", project_of(project / "model_repository")) if f.severity == "error"] == []
 
 
 def test_the_model_is_named_by_its_config_else_its_directory(tmp_path):

@@ -4,7 +4,6 @@ checks that should catch them, saying why. (The generated sequence models are te
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest

@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import fuzz_passes, read_config, run_tbgen, snapshot, triton_sources_or_skip
+from conftest import project_of, fuzz_passes, read_config, run_tbgen, snapshot, triton_sources_or_skip
+from tritonclient.grpc import model_config_pb2
 
 from triton_backend_gen.model_config.tree import validate_tree
-from triton_backend_gen.project import load_project
+from triton_backend_gen.project import load_project, parse_project
 from triton_backend_gen.runtime import start_server
 from triton_backend_gen.smoke import load_reference, plan_smoke
 
@@ -78,7 +79,7 @@ def test_each_pattern_lists_its_models_top_first_each_with_a_reference(tmp_path,
         assert entry["reference"] == f"references/{entry['name']}.py"
         assert (project / entry["reference"]).is_file()
         assert (project / "model_repository" / entry["name"] / "config.pbtxt").is_file()
-    assert [f.message for f in validate_tree(project) if f.severity == "error"] == []
+    assert [f.message for f in validate_tree(project, project_of(project)) if f.severity == "error"] == []
     # every model's reference agrees with its config.pbtxt (the smoke suite's check that needs no server)
     offline = [check for check in plan_smoke(load_project(project)) if check.protocol == "-"]
     assert len(offline) == len(entries)
@@ -126,7 +127,7 @@ def test_the_ensemble_is_wired_from_the_signature_and_validate_catches_a_miswire
 
 
 def findings(project: Path, severity: str | None = None) -> list[str]:
-    return [f.message for f in validate_tree(project) if severity in (None, f.severity)]
+    return [f.message for f in validate_tree(project, project_of(project)) if severity in (None, f.severity)]
 
 
 # --- tbgen add model ------------------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ def test_add_model_refuses_other_tensors_than_the_librarys_and_both_commands_it_
     for command, root in ((same, project), (python, twin)):
         ran = run_tbgen(*shlex.split(command)[1:], cwd=root)  # as printed, in the project
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        assert [f.message for f in validate_tree(root) if f.severity == "error"] == []
+        assert [f.message for f in validate_tree(root, project_of(root)) if f.severity == "error"] == []
     assert [t.name for t in read_config(project, "other").input] == ["IMAGE", "SCALE", "FLIP"]
     assert read_config(twin, "other").backend == "python"
 
@@ -203,6 +204,19 @@ def test_add_model_keeps_the_models_before_answers_and_the_tables_that_follow_th
     assert headers[:2] == ["tbgen", "project"] and headers[-2:] == ["native", "answers"]
     assert set(headers[2:-2]) == {"models"}  # every entry together, as `tbgen new` writes them
     assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+
+
+def test_add_model_takes_the_projects_answers_as_project_py_reads_them(tmp_path):
+    project = new(tmp_path, "p", "-t", "python-backend", "--set", "dtype=FP16", "--set", "dims=4")
+    answers = load_project(project).answers  # tbgen.toml's [answers], read once by project.py
+    assert (answers["dtype"], answers["dims"]) == ("FP16", "4")
+    added = run_tbgen("add", "model", "solo", "--project", str(project))
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert {(t.data_type, tuple(t.dims)) for t in read_config(project, "solo").input} == {
+        (model_config_pb2.TYPE_FP16, (4,))}  # the new model's defaults are the project's answers
+    data = tomllib.loads((project / "tbgen.toml").read_text())
+    with pytest.raises(ValueError, match="answers"):
+        parse_project(project, {**data, "answers": "dtype=FP16"})  # load_project: a ProjectError, exit 2
 
 
 # --- served for real ------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 from conftest import cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen import versions
+from triton_backend_gen.project import load_project
 from triton_backend_gen.commands.templates_check import (
     FEATURE_KEYS,
     SIGNATURES,
@@ -63,10 +64,10 @@ def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_framework
 @pytest.mark.slow
 def test_every_template_variant_is_clean():
     report = check_templates()
-    assert report.failures == []
+    assert report.errors == []
     expected = sum(len(list(option_matrix(get_template(n)))) for n in ("cpp-backend", "python-backend", "decoupled-backend"))
-    assert report.variants == expected
-    assert report.files > report.variants * 10
+    assert report.counts["variants"] == expected
+    assert report.counts["files"] > report.counts["variants"] * 10
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_a_project_file_naming_another_template_is_caught(rendered):
 
 def test_a_cpp_variant_without_cached_sources_is_skipped_with_the_reason(rendered, tmp_path, monkeypatch):
     monkeypatch.setenv("TBGEN_CACHE_DIR", str(tmp_path / "empty-cache"))
-    problems, skipped = build_rendered_project(rendered)
+    problems, skipped = build_rendered_project(load_project(rendered))
     assert problems == []
     assert "are not cached" in skipped and "tbgen deps fetch" in skipped
 
@@ -150,9 +151,9 @@ def test_cpp_matrix_builds_loads_and_passes_the_smoke_suite(release, compiler_ca
     cmake_fits_or_skip(target)
     full = release == "24.10"
     report = check_templates(["cpp-backend", "decoupled-backend"], smoke=True, releases=[release], full=full)
-    assert report.failures == []
-    assert report.skipped == []
-    assert report.variants == sum(len(list(option_matrix(get_template(n), full=full)))
+    assert report.errors == []
+    assert report.notes == []
+    assert report.counts["variants"] == sum(len(list(option_matrix(get_template(n), full=full)))
                                   for n in ("cpp-backend", "decoupled-backend"))
 
 
@@ -163,7 +164,7 @@ def test_a_variant_that_does_not_compile_is_a_failure_naming_the_line(render_tem
     project = render_template("cpp-backend", triton_version="24.10")
     source = project / "src" / "my_backend.cc"
     source.write_text(source.read_text() + "\nint unused_and_broken() { return; }\n")
-    problems, skipped = build_rendered_project(project)
+    problems, skipped = build_rendered_project(load_project(project))
     assert skipped == ""
     (problem,) = problems
     assert problem.startswith("build failed") and "my_backend.cc:" in problem

@@ -226,7 +226,7 @@ def test_tbgen_build_cpp_backend(tmp_path, compiler_cache, server_or_skip):
 
     check = tbgen("check", str(project))
     assert check.returncode == 0 and "OK" in check.stdout, check.stdout
-    assert not symbols.CheckReport(library, None, tuple(symbols.check_library(library, server_or_skip))).errors
+    assert not [f for f in symbols.check_library(library, server_or_skip) if f.failed]
 
     # A Triton tag edited by hand in CMakeLists.txt: tbgen says so, and tbgen.toml's release is what is built.
     cmakelists = project / "CMakeLists.txt"

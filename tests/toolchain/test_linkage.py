@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from triton_backend_gen import engine
+from triton_backend_gen import docker_engine as engine
 from triton_backend_gen.toolchain import linkage, symbols
 from triton_backend_gen.toolchain.symbols import Resolution
 

@@ -5,7 +5,14 @@ updated to r26.02: every edit is kept, everything release-specific says r26.02, 
 import tomllib
 
 import pytest
-from conftest import cmake_fits_or_skip, commit_all, new_project, replace_once, run_tbgen, triton_sources_or_skip
+from conftest import (
+    cmake_fits_or_skip,
+    commit_all,
+    new_project,
+    replace_once,
+    run_tbgen,
+    triton_sources_or_skip,
+)
 
 from triton_backend_gen import versions
 

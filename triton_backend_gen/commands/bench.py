@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import numpy as np
-
-from triton_backend_gen.bench import BenchReport, plan_bench
-from triton_backend_gen.commands.build import build_if_needed
 from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.lazy import lazy_module
+from triton_backend_gen.perf import BenchReport, plan_bench
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime import prepare_server
 from triton_backend_gen.signals import stop_on_signals
+from triton_backend_gen.toolchain.ensure_built import ensure_built
+
+np = lazy_module("numpy")
 
 
 def run_bench(project: Project, *, model: str | None = None, protocol: str = "grpc", concurrency: list[int] = (1, 8),
@@ -29,7 +30,7 @@ def run_bench(project: Project, *, model: str | None = None, protocol: str = "gr
         http_url, grpc_url = parse_url(url)
         return bench.measure(http_url, grpc_url, server_pid, f"the server at {http_url}", concurrency, seconds,
                              progress)
-    build_if_needed(project, server)
+    ensure_built(project, server)
     triton = prepare_server(project, server=server, instance_kind=instance_kind)
     with stop_on_signals(), triton:
         name = bench.spec.name

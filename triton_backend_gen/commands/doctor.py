@@ -18,21 +18,22 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-from docker.errors import DockerException, ImageNotFound
-
 from triton_backend_gen import versions
-from triton_backend_gen.commands.deploy.tools import find_helm, helm_version
-from triton_backend_gen.commands.deploy.values import EXTRA_COMMAND as DEPLOY_EXTRA
-from triton_backend_gen.commands.env import import_findings
+from triton_backend_gen.deploy.tools import find_helm, helm_version
+from triton_backend_gen.deploy.values import EXTRA_COMMAND as DEPLOY_EXTRA
 from triton_backend_gen.discovery import SERVER_EXTRA_HINT, SOURCE_EXPLICIT, discover_servers
-from triton_backend_gen.engine import default_image, tbgen_containers
+from triton_backend_gen.docker_engine import default_image, tbgen_containers
 from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.project import Project
+from triton_backend_gen.runtime.execution_envs import import_findings
 from triton_backend_gen.scaffold import get_template, read_record
 from triton_backend_gen.toolchain.build import find_nvcc, parse_nvcc_version
 from triton_backend_gen.toolchain.cmake import cmake_executable, googletest_sources, tool_on_path
 from triton_backend_gen.toolchain.sources import cached_sources, missing_repositories, sources_dir
+
+docker = lazy_module("docker")
+docker_errors = lazy_module("docker.errors")
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 RAPIDJSON_HEADER = "rapidjson/document.h"
@@ -275,7 +276,7 @@ def check_docker(target: versions.Release) -> list[Diagnosis]:
     try:
         client = docker.from_env(timeout=10)
         version = client.version().get("Version", "unknown version")
-    except (DockerException, OSError) as err:  # requests' errors are OSErrors
+    except (docker_errors.DockerException, OSError) as err:  # requests' errors are OSErrors
         fix = "sudo systemctl start docker  (or: sudo dockerd &)" if _which("dockerd") else "sudo apt-get install docker.io"
         return [Diagnosis("docker", WARN, f"engine not reachable (only --docker needs it): {err}", fix)]
     rows = [Diagnosis("docker", OK, f"engine {version}")]
@@ -283,7 +284,7 @@ def check_docker(target: versions.Release) -> list[Diagnosis]:
     try:
         client.images.get(image)
         rows.append(Diagnosis("docker image", OK, image))
-    except ImageNotFound:
+    except docker_errors.ImageNotFound:
         rows.append(Diagnosis("docker image", WARN, f"{image} is not on the engine (--docker needs it)",
                               f"docker pull {image}"))
     leftovers = tbgen_containers(client)

@@ -10,23 +10,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
-
 from triton_backend_gen import signature
 from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime import TritonServer, start_server
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke import load_reference, output_arrays
 from triton_backend_gen.smoke.model import sequence_spec
 
-# KServe v2 datatype names -> the numpy dtype tritonclient sends (BF16 travels as float32)
-_NUMPY = {name: np.dtype(datatype.numpy) for name, datatype in signature.DATATYPES.items()}
+json_format = lazy_module("google.protobuf.json_format")
+np = lazy_module("numpy")
+grpcclient = lazy_module("tritonclient.grpc")
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
+httpclient = lazy_module("tritonclient.http")
+tritonutils = lazy_module("tritonclient.utils")
+
 
 
 def parse_input_option(option: str) -> tuple[str, Any]:
@@ -71,7 +70,7 @@ def _given_inputs(model: str, declared: dict[str, str], given: dict[str, Any]) -
     if unknown:
         raise UsageError(f"Model {model} has no input {', '.join(unknown)}.", f"Its inputs: {', '.join(declared)}")
     try:
-        return {name: np.asarray(value, dtype=_NUMPY[declared[name]]) for name, value in given.items()}
+        return {name: np.asarray(value, dtype=np.dtype(signature.DATATYPES[declared[name]].numpy)) for name, value in given.items()}
     except (ValueError, TypeError, OverflowError) as err:
         raise UsageError(f"An --input value does not fit its declared datatype: {err}",
                          f"Model {model} expects: " + ", ".join(f"{n} {t}" for n, t in declared.items())) from err
@@ -142,7 +141,7 @@ def infer_once(
                 raise UsageError("Decoupled models stream over gRPC; --url names an HTTP endpoint.",
                                  "Drop --url to let tbgen start the project's server.")
             return _stream_once(grpcclient, grpc_url, model, inputs, outputs, parameters)
-        except InferenceServerException as err:
+        except tritonutils.InferenceServerException as err:
             raise ServerError(f"The request failed: {err.message()}",
                               "Check the inputs' names, shapes and types.") from err
 
@@ -182,7 +181,7 @@ def _model_of(http: httpclient.InferenceServerClient, model: str, url: str) -> t
     """The metadata and config of ``model``; ServerError for a model that is not there or a server that is not."""
     try:
         return http.get_model_metadata(model), http.get_model_config(model)
-    except InferenceServerException as err:
+    except tritonutils.InferenceServerException as err:
         raise ServerError(f"Model {model!r} is not available: {err.message()}",
                           "Check `tbgen serve` for the models and their states.") from err
     except (OSError, ConnectionError) as err:  # nothing listens there, or it hung up
@@ -191,7 +190,7 @@ def _model_of(http: httpclient.InferenceServerClient, model: str, url: str) -> t
 
 
 def _datatype(array: np.ndarray) -> str:
-    return np_to_triton_dtype(array.dtype)
+    return tritonutils.np_to_triton_dtype(array.dtype)
 
 
 def _stream_once(grpcclient: Any, url: str, model: str, inputs: dict, outputs: list[str],

@@ -23,20 +23,27 @@ import py_compile
 import re
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triton_backend_gen import signature
-from triton_backend_gen.commands.build import build
-from triton_backend_gen.commands.test import STUB_CHECK, run_project_tests
 from triton_backend_gen.discovery import find_tritonserver, gpus_visible
 from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.findings import ERROR, NOTE, CheckReport, Finding
 from triton_backend_gen.model_config import validate_tree
-from triton_backend_gen.project import load_project
-from triton_backend_gen.scaffold import compose, get_template, list_templates, render_new_project, write_example_model
+from triton_backend_gen.project import Project, load_project
+from triton_backend_gen.runtime import prepare_server
+from triton_backend_gen.scaffold import (
+    compose,
+    get_template,
+    list_templates,
+    render_new_project,
+    write_example_model,
+)
 from triton_backend_gen.scaffold.templates import Template
+from triton_backend_gen.smoke.suite import STUB_CHECK, run_suite
 from triton_backend_gen.toolchain.build import build_kind
+from triton_backend_gen.toolchain.ensure_built import build_and_check
 from triton_backend_gen.toolchain.sources import cached_sources
 
 NATIVE_SUFFIXES = {".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".in", ".ldscript", ".map"}
@@ -50,14 +57,6 @@ SIGNATURES = {
     ),
     "bytes-in": signature.from_flags(["TEXT:BYTES:-1"], ["LENGTH:INT32:1", "COUNTS:INT64:4"]),
 }
-
-
-@dataclass
-class CheckReport:
-    variants: int = 0
-    files: int = 0
-    failures: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
 
 
 # The options of sequence models, custom metrics and request parameters: combined with care (_feature_variants),
@@ -131,24 +130,24 @@ def check_templates(
     templates = [get_template(n) for n in names] if names else list(list_templates())
     targets = _release_targets(releases, smoke)
     cpu_only = smoke and not gpus_visible()
-    report = CheckReport()
+    report = CheckReport("the templates", counts={"variants": 0, "files": 0})
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
         for template, place, answers in _variants(templates, targets, full):
             label = f"{template.name} [{describe(answers)}]"
             progress(f"checking {label}")
             project = Path(scratch) / place
             render_new_project(template.name, project, answers)
-            report.variants += 1
-            report.files += sum(1 for p in project.rglob("*") if p.is_file())
+            report.counts["variants"] += 1
+            report.counts["files"] += sum(1 for p in project.rglob("*") if p.is_file())
             instance_kind = "cpu" if cpu_only and answers.get("gpu") else None
-            example = write_example_model(project) if smoke else None
+            example = write_example_model(load_project(project)) if smoke else None
             if example is not None and not example.path.exists():
-                report.skipped.append(f"{label}: {example.message}")
+                report.findings.append(Finding(NOTE, example.message, subject=label))
                 continue
             problems, skip = _variant_problems(project, template, build, smoke, instance_kind, progress)
             if skip:
-                report.skipped.append(f"{label}: {skip}")
-            report.failures += [f"{label}: {problem}" for problem in problems]
+                report.findings.append(Finding(NOTE, skip, subject=label))
+            report.findings += [Finding(ERROR, problem, subject=label) for problem in problems]
     return report
 
 
@@ -181,13 +180,14 @@ def _variant_problems(project: Path, template: Template, build: bool, smoke: boo
     problems = check_rendered_project(project, template)
     if problems or not (build or smoke):
         return problems, ""
-    problems, skip = build_rendered_project(project)
+    loaded = load_project(project)  # once per variant: it read fine in check_rendered_project
+    problems, skip = build_rendered_project(loaded)
     if smoke and not skip and not problems:
-        problems = smoke_rendered_project(project, instance_kind)
+        problems = smoke_rendered_project(loaded, instance_kind)
         if any(problem.startswith(f"smoke {STUB_CHECK} ") for problem in problems):
             progress("  NOTE a python stub stopped answering; the smoke suite runs once more. The first run:\n  "
                      + "\n  ".join(problems))
-            problems = smoke_rendered_project(project, instance_kind)
+            problems = smoke_rendered_project(loaded, instance_kind)
     return problems, skip
 
 
@@ -196,24 +196,23 @@ def _server_release() -> str | None:
     return release.container if release else None
 
 
-def build_rendered_project(path: Path) -> tuple[list[str], str]:
+def build_rendered_project(project: Project) -> tuple[list[str], str]:
     """(problems, why it was skipped): ``tbgen build`` the project, C++ from cached Triton sources only."""
-    project = load_project(path)
     kind = build_kind(project)
     if kind == "cpp" and cached_sources(project.release.branch) is None:
         return [], (f"Triton sources for {project.release.branch} are not cached "
                     f"(`tbgen deps fetch --triton-version {project.release.container}`), so it was not built")
     try:
-        result = build(project) if kind else None
+        result = build_and_check(project) if kind else None
     except TbgenError as err:
         return [f"build failed: {err.message} {err.hint}".strip()], ""
     return [f"library check: {finding.message}" for finding in (result.errors if result else [])], ""
 
 
-def smoke_rendered_project(path: Path, instance_kind: str | None = None) -> list[str]:
+def smoke_rendered_project(project: Project, instance_kind: str | None = None) -> list[str]:
     """Problems the smoke suite found in a real server (the project is built already)."""
     try:
-        report = run_project_tests(load_project(path), instance_kind=instance_kind)
+        report = run_suite(project, prepare_server(project, instance_kind=instance_kind))
     except TbgenError as err:
         return [f"{err.message} {err.hint}".strip()]
     return [f"smoke {r.name} ({r.protocol}): {r.detail}" for r in report.results if not r.passed]
@@ -222,13 +221,14 @@ def smoke_rendered_project(path: Path, instance_kind: str | None = None) -> list
 def check_rendered_project(project: Path, template: Template) -> list[str]:
     """Problems found in one rendered project (empty when it is sound)."""
     problems: list[str] = []
+    meta = None
     try:
         meta = load_project(project)
         if meta.template != template.name:
             problems.append(f"tbgen.toml names template {meta.template!r}")
     except TbgenError as err:
         problems.append(str(err))
-    problems += [str(f) for f in validate_tree(project) if f.severity == "error"]
+    problems += [str(f) for f in validate_tree(project, meta) if f.failed]
     for file in sorted(p for p in project.rglob("*") if p.is_file()):
         problems += _file_problems(file, file.relative_to(project))
     return problems

@@ -16,9 +16,10 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tritonclient.grpc import model_config_pb2
-
 from triton_backend_gen.errors import ConfigError
+from triton_backend_gen.lazy import lazy_module
+
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 ENV_FILE = "python-env.tar.gz"  # beside config.pbtxt
@@ -55,24 +56,43 @@ def env_file(config: model_config_pb2.ModelConfig, model_dir: Path) -> Path | No
 def read_packed_env(path: Path) -> PackedEnv:
     """What a packed environment holds (a venv-pack tarball, or a conda-pack one: self-contained, its Python
     read from conda-meta); ConfigError naming the file when it is neither."""
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            names = tar.getnames()
-            member = next((n for n in names if PurePosixPath(n).name == "pyvenv.cfg" and n.count("/") <= 1), None)
-            text = tar.extractfile(member).read().decode(errors="replace") if member else ""  # type: ignore[union-attr]
-    except (OSError, tarfile.TarError) as err:
-        raise ConfigError(f"Cannot read the packed environment {path}: {err}",
-                          "Pack it again with `tbgen env pack`.") from err
-    modules = frozenset(filter(None, (_module_name(m.group(2)) for m in map(_SITE_PACKAGES.search, names) if m)))
-    if member is not None:
-        settings = dict(_setting(line) for line in text.splitlines() if "=" in line)
-        version = settings.get("version") or settings.get("version_info", "")
-        return PackedEnv(path, ".".join(version.split(".")[:2]), settings.get("home", ""), modules)
+    names, pyvenv = _read_tarball(path)
+    modules = _site_modules(names)
+    if pyvenv is not None:
+        settings = dict(_setting(line) for line in pyvenv.splitlines() if "=" in line)
+        return PackedEnv(path, _major_minor(settings), settings.get("home", ""), modules)
     conda = next((m for m in map(_CONDA_PYTHON.search, names) if m), None)
     if conda is not None:
         return PackedEnv(path, conda.group(1), "", modules)
-    raise ConfigError(f"{path} holds neither a pyvenv.cfg nor conda-meta: it is not a packed Python environment.",
-                      "Pack it with `tbgen env pack` (or conda-pack).")
+    raise ConfigError(f"{path} holds neither a pyvenv.cfg nor conda-meta: it is not a packed Python "
+                      "environment.", "Pack it with `tbgen env pack` (or conda-pack).")
+
+
+def _read_tarball(path: Path) -> tuple[list[str], str | None]:
+    """The member names of the gzip tarball at ``path``, and the text of the pyvenv.cfg at its top (or one
+    directory down; None when there is none); ConfigError when it cannot be read."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            names = tar.getnames()
+            member = next((n for n in names if PurePosixPath(n).name == "pyvenv.cfg" and n.count("/") <= 1),
+                          None)
+            if member is None:
+                return names, None
+            return names, tar.extractfile(member).read().decode(errors="replace")  # type: ignore[union-attr]
+    except (OSError, tarfile.TarError) as err:
+        raise ConfigError(f"Cannot read the packed environment {path}: {err}",
+                          "Pack it again with `tbgen env pack`.") from err
+
+
+def _site_modules(names: list[str]) -> frozenset[str]:
+    """The top-level modules of the site-packages entries among a tarball's member ``names``."""
+    return frozenset(filter(None, (_module_name(m.group(2)) for m in map(_SITE_PACKAGES.search, names) if m)))
+
+
+def _major_minor(settings: dict[str, str]) -> str:
+    """The Python version ("3.11") of a venv's pyvenv.cfg ``settings`` ("" when it names none)."""
+    version = settings.get("version") or settings.get("version_info", "")
+    return ".".join(version.split(".")[:2])
 
 
 def _setting(line: str) -> tuple[str, str]:

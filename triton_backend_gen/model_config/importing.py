@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from triton_backend_gen import signature
 from triton_backend_gen.errors import AnswerError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config.parsing import load_model_config
+
+text_format = lazy_module("google.protobuf.text_format")
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 # Carried over verbatim into the generated config.pbtxt.
 CARRIED = ("dynamic_batching", "instance_group", "parameters", "model_warmup", "response_cache", "version_policy")
@@ -82,16 +83,7 @@ def import_config(path: Path, template: str) -> ImportedModel:
     config = load_model_config(path)
     name = config.name or path.resolve().parent.name
     where = f"--from-config {path}"
-    if config.platform == "ensemble" or config.HasField("ensemble_scheduling"):
-        raise UsageError(f"{where}: model {name!r} is an ensemble; a backend serves one of its steps.",
-                         "Pass the config.pbtxt of the step your backend implements.")
-    decoupled = config.model_transaction_policy.decoupled
-    if decoupled and template != "decoupled-backend":
-        raise UsageError(f"{where}: model {name!r} is decoupled.", "Use --template decoupled-backend.")
-    if template == "decoupled-backend" and config.max_batch_size > 0:
-        raise UsageError(f"{where}: model {name!r} batches (max_batch_size {config.max_batch_size}); the "
-                         "decoupled-backend template serves max_batch_size 0.",
-                         "Use --template cpp-backend or python-backend, or set max_batch_size: 0 in the config.")
+    _check_servable(config, template, f"{where}: model {name!r}")
     try:
         imported = signature.Signature(
             tuple(_tensor(t, output=False) for t in config.input),
@@ -101,6 +93,31 @@ def import_config(path: Path, template: str) -> ImportedModel:
         signature.validate(imported)  # which backends serve BF16 is the answers' rule (check_consistency)
     except AnswerError as err:
         raise UsageError(f"{where}: {err.message}", err.hint) from err
+    files, label_notes = _label_files(path.parent, imported.outputs)
+    gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
+    decoupled = config.model_transaction_policy.decoupled
+    return ImportedModel(name, path, imported, config.max_batch_size, decoupled, gpu, files,
+                         tuple(_left_out(config, imported, template) + label_notes), config.name,
+                         _declared_backend(config))
+
+
+def _check_servable(config: Any, template: str, model: str) -> None:
+    """UsageError when ``template`` cannot serve the model of ``config`` (``model`` names it): an ensemble, a
+    decoupled model for another template than decoupled-backend, a batching one for decoupled-backend."""
+    if config.platform == "ensemble" or config.HasField("ensemble_scheduling"):
+        raise UsageError(f"{model} is an ensemble; a backend serves one of its steps.",
+                         "Pass the config.pbtxt of the step your backend implements.")
+    if config.model_transaction_policy.decoupled and template != "decoupled-backend":
+        raise UsageError(f"{model} is decoupled.", "Use --template decoupled-backend.")
+    if template == "decoupled-backend" and config.max_batch_size > 0:
+        raise UsageError(f"{model} batches (max_batch_size {config.max_batch_size}); the "
+                         "decoupled-backend template serves max_batch_size 0.",
+                         "Use --template cpp-backend or python-backend, or set max_batch_size: 0 in the "
+                         "config.")
+
+
+def _left_out(config: Any, imported: signature.Signature, template: str) -> list[str]:
+    """What the generated model leaves out of the imported one, or serves otherwise, and why."""
     notes = [f"left out {DROPPED[f.name]}" for f, _ in config.ListFields() if f.name in DROPPED]
     if "EXECUTION_ENV_PATH" in config.parameters:
         notes.append("left out parameter EXECUTION_ENV_PATH (the packed Python environment is not beside the "
@@ -108,12 +125,14 @@ def import_config(path: Path, template: str) -> ImportedModel:
     if template != "cpp-backend" and any(t.reshape == () for t in imported.inputs):
         notes.append("an input is reshaped to a scalar: the python backend of 24.10 crashes the server on an empty "
                      "request to such an input (`tbgen test --fuzz 100` finds it); the cpp-backend template serves it")
-    files, label_notes = _label_files(path.parent, imported.outputs)
-    gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
-    declared_backend = (f"backend {config.backend!r}" if config.backend
-                        else f"platform {config.platform!r}" if config.platform else "")
-    return ImportedModel(name, path, imported, config.max_batch_size, decoupled, gpu, files,
-                         tuple(notes + label_notes), config.name, declared_backend)
+    return notes
+
+
+def _declared_backend(config: Any) -> str:
+    """What ``config`` says serves it: "backend 'onnxruntime'", "platform 'onnxruntime_onnx'", or ""."""
+    if config.backend:
+        return f"backend {config.backend!r}"
+    return f"platform {config.platform!r}" if config.platform else ""
 
 
 def _tensor(tensor: Any, *, output: bool) -> signature.Tensor:

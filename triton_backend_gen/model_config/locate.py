@@ -159,20 +159,33 @@ def _mask(text: str) -> str:
     out = list(text)
     i, n = 0, len(text)
     while i < n:
-        c = text[i]
-        if c == "#":
-            while i < n and text[i] != "\n":
-                out[i] = " "
-                i += 1
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                if text[j] == "\\":
-                    out[j] = "x"
-                    j += 1
-                out[j] = "x" if text[j] != "\n" else "\n"
-                j += 1
-            i = j + 1
+        if text[i] == "#":
+            i = _blank_comment(text, out, i)
+        elif text[i] in "\"'":
+            i = _mask_string(text, out, i)
         else:
             i += 1
     return "".join(out)
+
+
+def _blank_comment(text: str, out: list[str], start: int) -> int:
+    """Blank, in ``out``, the comment that starts at ``start``; the offset of the newline ending it (or the
+    end)."""
+    i = start
+    while i < len(text) and text[i] != "\n":
+        out[i] = " "
+        i += 1
+    return i
+
+
+def _mask_string(text: str, out: list[str], start: int) -> int:
+    """Replace, in ``out``, the contents of the string whose quote is at ``start`` by 'x' (an escaped quote
+    too; the string ends at its closing quote or its line's end); the offset after its closing quote."""
+    quote, j = text[start], start + 1
+    while j < len(text) and text[j] != quote and text[j] != "\n":
+        if text[j] == "\\":
+            out[j] = "x"
+            j += 1
+        out[j] = "x" if text[j] != "\n" else "\n"
+        j += 1
+    return j + 1

@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from triton_backend_gen.errors import ConfigError
+from triton_backend_gen.lazy import lazy_module
+
+text_format = lazy_module("google.protobuf.text_format")
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig

@@ -6,9 +6,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from triton_backend_gen.findings import Finding
 from triton_backend_gen.model_config.checks import check_config
-from triton_backend_gen.model_config.findings import CONFIG_FILE, Expectations, Finding
-from triton_backend_gen.project import BackendKind, Project, load_project_or_none
+from triton_backend_gen.model_config.expectations import CONFIG_FILE, Expectations
+from triton_backend_gen.project import BackendKind, Project
 
 _SKIPPED_DIRS = {"__pycache__", "node_modules", "_deps"}
 
@@ -33,12 +34,11 @@ def find_configs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def validate_tree(root: Path, *, gpus_visible: bool | None = None) -> list[Finding]:
-    """Findings for every config under ``root``; models listed in the enclosing tbgen.toml (if any) are also
-    checked against what the project expects of them (backend, decoupled, GPU). ``gpus_visible=False`` warns
-    about GPU instances, which a server on this machine would refuse."""
+def validate_tree(root: Path, project: Project | None = None, *, gpus_visible: bool | None = None) -> list[Finding]:
+    """Findings for every config under ``root``; the models ``project`` lists (the project ``root`` is in, when
+    there is one) are also checked against what it expects of them (backend, decoupled, GPU).
+    ``gpus_visible=False`` warns about GPU instances, which a server on this machine would refuse."""
     root = Path(root)
-    project = load_project_or_none(root if root.is_dir() else root.parent)
     expectations = _project_expectations(project) if project is not None else {}
     findings: list[Finding] = []
     for config in find_configs(root):

@@ -14,9 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from docker.errors import NotFound
-
-from triton_backend_gen.engine import (
+from triton_backend_gen.docker_engine import (
     CONTAINER_HOME,
     ROLE_SERVER,
     LogPump,
@@ -31,8 +29,11 @@ from triton_backend_gen.engine import (
     tbgen_containers,
 )
 from triton_backend_gen.errors import ServerError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.runtime.server import ServerOptions, TritonServer
 from triton_backend_gen.signals import signals_deferred
+
+docker_errors = lazy_module("docker.errors")
 
 IMAGE_ROOT = Path("/opt/tritonserver")
 IMAGE_BACKENDS = IMAGE_ROOT / "backends"
@@ -181,7 +182,7 @@ class ContainerServer(TritonServer):
             return None
         try:
             self._container.reload()
-        except NotFound:
+        except docker_errors.NotFound:
             return -1
         state = self._container.attrs.get("State", {})
         return None if state.get("Running") or state.get("Status") == "created" else int(state.get("ExitCode", -1))

@@ -1,5 +1,6 @@
 """Packed Python environments (EXECUTION_ENV_PATH) checked against the server about to run them, before it
-starts: the stub's Python, the environment's base interpreter where the server runs, numpy.
+starts: the stub's Python, the environment's base interpreter where the server runs, numpy; and the modules
+each python model imports that its environment (or, without one, the server's Python) lacks (`tbgen doctor`).
 
 A mismatch would otherwise surface as a model that fails to load with a stub error deep in the server log.
 """
@@ -7,12 +8,29 @@ A mismatch would otherwise surface as a model that fails to load with a stub err
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from triton_backend_gen.engine import CONTAINER_HOME, ROLE_CHECK, connect, ensure_image, labels, run_container
+from triton_backend_gen.docker_engine import (
+    CONTAINER_HOME,
+    ROLE_CHECK,
+    connect,
+    ensure_image,
+    labels,
+    run_container,
+)
 from triton_backend_gen.errors import ServerError, TbgenError
 from triton_backend_gen.model_config import load_model_config
-from triton_backend_gen.model_config.execution_env import PackedEnv, env_file, env_problems, read_packed_env
+from triton_backend_gen.model_config.execution_env import (
+    PackedEnv,
+    env_file,
+    env_problems,
+    model_imports,
+    read_packed_env,
+    unsatisfied_imports,
+)
+from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime.container import ContainerServer
 from triton_backend_gen.runtime.local import LocalServer
 from triton_backend_gen.runtime.server import TritonServer
@@ -84,3 +102,37 @@ def _probe_image(image: str, interpreters: list[str], log_dir: Path) -> tuple[st
         raise ServerError(f"Could not run python3 in {image} (exit {status}); see {log_file}.",
                           "The image needs python3 for the python backend's environments.")
     return lines[0], set(lines[1:])
+
+
+def python_models(project: Project) -> list[ModelEntry]:
+    """The project's models that the python backend serves."""
+    return [m for m in project.models
+            if m.config_file.is_file() and load_model_config(m.config_file).backend == "python"]
+
+
+@dataclass(frozen=True)
+class ImportFinding:
+    model: str
+    missing: list[str]  # modules model.py imports that its environment (or tbgen's Python) lacks
+    env: Path | None  # the packed environment checked, or None: tbgen's own Python (the local stub's)
+
+
+def import_findings(project: Project, available_here: Callable[[str], bool]) -> list[ImportFinding]:
+    """For each python model: the modules its model.py imports that it will not find: in its packed environment
+    when it has one, else where ``available_here`` (tbgen's Python, whose stub the local server runs) looks."""
+    findings = []
+    for entry in python_models(project):
+        sources = sorted(entry.directory.glob("[0-9]*/model.py"))
+        if not sources:
+            continue
+        local = {p.stem for p in sources[0].parent.glob("*.py")} | {p.name for p in sources[0].parent.iterdir()
+                                                                      if p.is_dir()}
+        imports = model_imports(sources[0])
+        tarball = env_file(load_model_config(entry.config_file), entry.directory)
+        if tarball is not None and tarball.is_file():
+            missing = unsatisfied_imports(imports, read_packed_env(tarball).modules, local)
+        else:
+            tarball = None  # named but not packed yet: checked against the server's Python, as without one
+            missing = [m for m in unsatisfied_imports(imports, set(), local) if not available_here(m)]
+        findings.append(ImportFinding(entry.name, missing, tarball))
+    return findings

@@ -11,14 +11,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config import find_configs, load_model_config
 
+text_format = lazy_module("google.protobuf.text_format")
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
+
 INSTANCE_KINDS = ("cpu", "gpu", "model")
-_KINDS = {"cpu": model_config_pb2.ModelInstanceGroup.KIND_CPU, "gpu": model_config_pb2.ModelInstanceGroup.KIND_GPU}
+_KINDS = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}  # the ModelInstanceGroup.Kind of each --instance-kind
 
 
 def parse_instance_kind(text: str | None) -> str | None:
@@ -52,7 +53,7 @@ def with_instance_kind(config: model_config_pb2.ModelConfig, kind: str) -> model
     if not rewritten.instance_group:
         rewritten.instance_group.add()
     for group in rewritten.instance_group:
-        group.kind = _KINDS[kind]
+        group.kind = model_config_pb2.ModelInstanceGroup.Kind.Value(_KINDS[kind])
         if kind == "cpu":
             del group.gpus[:]
     return rewritten

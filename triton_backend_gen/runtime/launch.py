@@ -15,7 +15,7 @@ from typing import Any
 
 from triton_backend_gen import versions
 from triton_backend_gen.discovery import find_tritonserver, gpus_visible
-from triton_backend_gen.engine import default_image
+from triton_backend_gen.docker_engine import default_image
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.backend_dir import assemble_backend_dir, project_backend_dir

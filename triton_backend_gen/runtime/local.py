@@ -23,7 +23,6 @@ from pathlib import Path
 
 from triton_backend_gen.discovery import ServerInstall
 from triton_backend_gen.errors import ServerError
-from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.backend_dir import BackendLayout
 from triton_backend_gen.runtime.server import Ports, ServerOptions, TritonServer
 from triton_backend_gen.signals import signals_deferred

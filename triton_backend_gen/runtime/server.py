@@ -86,24 +86,33 @@ def relevant_log_lines(log: str, limit: int = 40) -> list[str]:
     picked: list[str] = []
     following = False  # the unprefixed lines (tracebacks) after a picked line belong to it
     for line in log.splitlines():
-        if _CPU_NOISE.search(line) or line.startswith("$ "):  # "$ tritonserver ...": the command tbgen ran
-            following = False
-            continue
-        match = _GLOG.match(line)
-        if match is None:
-            stripped = line.strip()
-            if following and stripped and not stripped.startswith(("+", "|")):
-                picked.append(line.rstrip())
-            elif not stripped.startswith(("+", "|")) and _TROUBLE.search(stripped):
-                picked.append(line.rstrip())  # e.g. "error: creating server: ..."
-                following = True
-            continue
-        level, message = match.groups()
-        following = False
-        if level in "WEF" or _TROUBLE.search(message):
+        pick, following = _log_line_verdict(line, following)
+        if pick:
             picked.append(line.rstrip())
-            following = True
     return picked[-limit:]
+
+
+def _log_line_verdict(line: str, following: bool) -> tuple[bool, bool]:
+    """(whether relevant_log_lines picks ``line``, whether the unprefixed lines after it belong to a picked
+    line), given whether the lines before it did (``following``)."""
+    if _CPU_NOISE.search(line) or line.startswith("$ "):  # "$ tritonserver ...": the command tbgen ran
+        return False, False
+    match = _GLOG.match(line)
+    if match is None:
+        return _unprefixed_line_verdict(line.strip(), following)
+    level, message = match.groups()
+    relevant = level in "WEF" or _TROUBLE.search(message) is not None
+    return relevant, relevant
+
+
+def _unprefixed_line_verdict(stripped: str, following: bool) -> tuple[bool, bool]:
+    """_log_line_verdict of a line without glog's prefix: a status table's row is skipped; a line is picked
+    when it follows a picked one (a traceback) or reports trouble itself ("error: creating server: ...")."""
+    if stripped.startswith(("+", "|")):  # the model and backend status tables, which repeat the errors
+        return False, following
+    if (following and stripped) or _TROUBLE.search(stripped):
+        return True, True
+    return False, following
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -251,27 +260,17 @@ class TritonServer(abc.ABC):
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def _choose_ports(self) -> Ports:
+        """The ports of this run: those the options ask for, checked free and distinct, and a free port for
+        each left at 0."""
         host = self.options.host
         requested = {"http": self.options.http_port, "grpc": self.options.grpc_port,
                      "metrics": self.options.metrics_port}
+        _check_requested_ports(host, requested)
+        taken = {port for port in requested.values() if port}
         chosen: dict[str, int] = {}
         for name, port in requested.items():
-            if port and not port_is_free(host, port):
-                raise ServerError(
-                    f"Port {port} on {host} (the {name.upper()} port) is already in use.",
-                    f"Stop what listens there, or pick another port with --{name}-port (0 picks a free one).",
-                )
-            chosen[name] = port
-        taken = {port for port in chosen.values() if port}
-        if len(taken) != sum(1 for port in chosen.values() if port):
-            raise ServerError(f"The HTTP, gRPC and metrics ports must differ (got {requested}).")
-        for name, port in chosen.items():
-            while not port:
-                port = free_port(host)
-                if port in taken:
-                    port = 0
-            chosen[name] = port
-            taken.add(port)
+            chosen[name] = port or _free_port_except(host, taken)
+            taken.add(chosen[name])
         return Ports(**chosen)
 
     def _request(self, method: str, path: str, body: bytes | None = None, timeout: float = 5):
@@ -311,6 +310,26 @@ class TritonServer(abc.ABC):
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _check_requested_ports(host: str, requested: dict[str, int]) -> None:
+    """ServerError when a port asked for (not 0) is in use on ``host``, or two asked for are the same."""
+    for name, port in requested.items():
+        if port and not port_is_free(host, port):
+            raise ServerError(
+                f"Port {port} on {host} (the {name.upper()} port) is already in use.",
+                f"Stop what listens there, or pick another port with --{name}-port (0 picks a free one).",
+            )
+    asked = [port for port in requested.values() if port]
+    if len(set(asked)) != len(asked):
+        raise ServerError(f"The HTTP, gRPC and metrics ports must differ (got {requested}).")
+
+
+def _free_port_except(host: str, taken: set[int]) -> int:
+    """A free port on ``host`` that is none of ``taken`` (the ports this run already uses)."""
+    while (port := free_port(host)) in taken:
+        pass
+    return port
 
 
 def _family(host: str) -> socket.AddressFamily:

@@ -37,13 +37,16 @@ from triton_backend_gen.scaffold.record import (
     write_file,
     write_record_atomically,
 )
-from triton_backend_gen.scaffold.remove import Removal, remove_model
+from triton_backend_gen.scaffold.remove import Removal, remove_model_from_project
 from triton_backend_gen.scaffold.render import render_project
-from triton_backend_gen.scaffold.templates import Option, get_template, list_templates
+from triton_backend_gen.scaffold.templates import Option, Template, get_template, list_templates
 
-__all__ = ["add_model", "Recipe", "Record", "read_record", "render_recipe", "ExampleModel", "ImportedModel",
-           "remove_model", "Removal", "import_config", "render_new_project", "write_example_model", "parse_set_options",
-           "read_answers_file", "resolve_answers", "render_project", "get_template", "list_templates"]
+__all__ = [
+    "ExampleModel", "ImportedModel", "Recipe", "Record", "Removal", "add_model_to_project", "get_template",
+    "import_config", "list_templates", "parse_set_options", "read_answers_file", "read_record",
+    "remove_model_from_project", "render_new_project", "render_project", "render_recipe", "resolve_answers",
+    "write_example_model",
+]
 
 
 def render_new_project(
@@ -84,29 +87,19 @@ def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *,
     models it added, and record it there; the project's path and its record. ``carried``: the contents of
     ``recipe.carried``."""
     spec = get_template(recipe.template)
-    given = {k: v for k, v in recipe.given.items() if k != "project_name"}
-    composition, given = compose.plan(recipe.template, given)
-    if composition is None and given.get("signature") and "model_name" not in given:
-        # A model of the user's own is no add/sub: it takes the project's name unless told otherwise.
-        given = {**given, "model_name": recipe.project_name.lower()}
+    composition, given = _plan_recipe(recipe)
     recording = _RecordingPrompter(prompter) if prompter is not None else None
     answers = resolve_answers(spec, {"project_name": recipe.project_name, **given}, recording)
     if composition is not None:
         compose.check_answers(composition, answers)
-    release = answers["triton_version"]
-    asked = recording.answers if recording else {}
-    chosen = {key: asked[key] for key in chosen_answers(spec, answers) if key in asked}  # as the user typed them
-    recipe = replace(recipe, template_version=spec.version,
-                     given={**recipe.given, **chosen, "triton_version": release},
-                     releases=recipe.releases if recipe.releases[-1:] == (release,) else (*recipe.releases, release))
-    grower = compose.Grower(composition, answers, {}, fresh_project=True) if composition is not None else None
+    recipe = _as_rendered(recipe, spec, answers, recording.answers if recording else {})
     records: list[Record] = []
 
     def finish(root: Path) -> None:
-        if grower is not None:
-            grower.grow(root)
+        if composition is not None:
+            compose.compose_into_tree(root, composition, answers, {}, fresh_project=True)
         for addition in recipe.additions:
-            compose.add_model(load_project(root), addition.name, addition.template, addition.given)
+            compose.compose_into_project(load_project(root), addition.name, addition.template, addition.given)
         records.append(record_tree(root, recipe))
         if force:
             _refuse_to_revert_edits(records[0].files, Path(target))
@@ -114,6 +107,27 @@ def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *,
     path = render_project(spec, answers, Path(target), force=force, extend=finish,
                           files={Path(relative): data for relative, data in carried.items()})
     return path, records[0]
+
+
+def _plan_recipe(recipe: Recipe) -> tuple[compose.Composition | None, dict[str, Any]]:
+    """The composition ``recipe`` asks for (None for none) and the answers it leaves for the template."""
+    given = {k: v for k, v in recipe.given.items() if k != "project_name"}
+    composition, given = compose.plan(recipe.template, given)
+    if composition is None and given.get("signature") and "model_name" not in given:
+        # A model of the user's own is no add/sub: it takes the project's name unless told otherwise.
+        given = {**given, "model_name": recipe.project_name.lower()}
+    return composition, given
+
+
+def _as_rendered(recipe: Recipe, spec: Template, answers: Mapping[str, Any],
+                 asked: Mapping[str, Any]) -> Recipe:
+    """``recipe`` as it is recorded once rendered with ``answers``: the template's version, the release, and
+    the answers given at the prompts (``asked``) that are no default, as the user typed them."""
+    release = answers["triton_version"]
+    chosen = {key: asked[key] for key in chosen_answers(spec, answers) if key in asked}
+    releases = recipe.releases if recipe.releases[-1:] == (release,) else (*recipe.releases, release)
+    return replace(recipe, template_version=spec.version,
+                   given={**recipe.given, **chosen, "triton_version": release}, releases=releases)
 
 
 def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path) -> None:
@@ -153,13 +167,14 @@ class _RecordingPrompter:
         self.prompter.show_error(error)
 
 
-def add_model(project: Project, name: str, template: str | None, given: Mapping[str, Any]) -> list[Path]:
-    """``tbgen add model``: add model ``name`` to ``project`` (see scaffold.compose.add_model); the generation
-    record learns it, so that ``tbgen update`` renders it again. Returns the files written."""
+def add_model_to_project(project: Project, name: str, template: str | None,
+                         given: Mapping[str, Any]) -> list[Path]:
+    """``tbgen add model``: add model ``name`` to ``project`` (see scaffold.compose.compose_into_project); the
+    generation record learns it, so that ``tbgen update`` renders it again. Returns the files written."""
     record = read_record(project.root)
     addition = Addition(name, template, dict(given))
     base = _replayed(record, addition) if record is not None else None
-    written = compose.add_model(project, name, template, given)
+    written = compose.compose_into_project(project, name, template, given)
     if base is not None:
         write_record_atomically(project.root, base)
     return written
@@ -173,16 +188,15 @@ def _replayed(record: Record, addition: Addition) -> Record | None:
         for relative, file in record.files.items():
             write_file(root / relative, file)
         try:
-            compose.add_model(load_project(root), addition.name, addition.template, addition.given)
+            compose.compose_into_project(load_project(root), addition.name, addition.template, addition.given)
         except TbgenError:
             return None
         return Record(record.recipe.with_additions(addition), read_tree(root))
 
 
-def write_example_model(root: Path) -> ExampleModel | None:
+def write_example_model(project: Project) -> ExampleModel | None:
     """The last step of ``tbgen new`` for a framework project: its example model file, written by its
     export_model.py (see scaffold.example_model). None for a project without a framework."""
-    project = load_project(root)
     chosen = frameworks.framework(project.framework)
     if chosen is None:
         return None

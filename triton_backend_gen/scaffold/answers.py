@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from cookiecutter.environment import StrictEnvironment
-
 from triton_backend_gen import frameworks, signature, versions
 from triton_backend_gen.errors import AnswerError, UsageError
+from triton_backend_gen.lazy import lazy_module
+from triton_backend_gen.project import toml_tables
 from triton_backend_gen.scaffold import naming
 from triton_backend_gen.scaffold.templates import Option, Template
+
+cookiecutter_environment = lazy_module("cookiecutter.environment")
 
 _TRUE = {"y", "yes", "true", "on", "1"}
 _FALSE = {"n", "no", "false", "off", "0"}
@@ -56,7 +57,7 @@ def read_answers_file(path: Path) -> dict[str, Any]:
     model's name and signature (``[[models.inputs]]``, ``[[models.outputs]]``)."""
     try:
         text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = json.loads(text) if path.suffix == ".json" else toml_tables(text)
     except (OSError, ValueError) as err:
         raise UsageError(f"Cannot read answers from {path}: {err}",
                          "Pass a tbgen.toml, or a TOML or JSON file.") from err
@@ -102,39 +103,59 @@ def _model_answers(models: Any, path: Path) -> dict[str, Any]:
 
 def coerce(option: Option, value: Any) -> Any:
     """``value`` converted to the option's type (strings from the command line included)."""
-    if option.kind is dict:
-        if isinstance(value, str) and value.strip():
-            raise AnswerError(f"{option.key} cannot be set with --set.",
-                              f"Give the tensors with {signature.FLAG_EXAMPLE}, or in an answers file.")
-        given = signature.from_context(value or None, option.key)
-        return given.context() if given else dict(signature.EMPTY)
-    if option.kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE | _FALSE:
-            return text in _TRUE
-        raise AnswerError(f"{option.key} must be a boolean, got {value!r}.", f"Example: --set {option.key}=yes")
-    if option.kind is int:
-        if isinstance(value, bool):
-            raise AnswerError(f"{option.key} must be an integer, got {value!r}.", f"Example: --set {option.key}=8")
-        try:
-            return int(str(value).strip())
-        except ValueError:
-            raise AnswerError(
-                f"{option.key} must be an integer, got {value!r}.", f"Example: --set {option.key}=8"
-            ) from None
+    return _COERCIONS.get(option.kind, _coerce_text)(option, value)
+
+
+def _coerce_signature(option: Option, value: Any) -> dict[str, Any]:
+    """The signature option's value as the cookiecutter variable (the add/sub example's when empty)."""
+    if isinstance(value, str) and value.strip():
+        raise AnswerError(f"{option.key} cannot be set with --set.",
+                          f"Give the tensors with {signature.FLAG_EXAMPLE}, or in an answers file.")
+    given = signature.from_context(value or None, option.key)
+    return given.context() if given else dict(signature.EMPTY)
+
+
+def _coerce_bool(option: Option, value: Any) -> bool:
+    """A boolean, or one of the words for one (yes/no, on/off, true/false, 1/0)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE | _FALSE:
+        return text in _TRUE
+    raise AnswerError(f"{option.key} must be a boolean, got {value!r}.", f"Example: --set {option.key}=yes")
+
+
+def _coerce_int(option: Option, value: Any) -> int:
+    """An integer, or its digits (a boolean is none: True would pass as 1)."""
+    problem = AnswerError(f"{option.key} must be an integer, got {value!r}.",
+                          f"Example: --set {option.key}=8")
+    if isinstance(value, bool):
+        raise problem
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise problem from None
+
+
+def _coerce_text(option: Option, value: Any) -> str:
+    """The text, spelled as the option's choice it matches (case-insensitively) when it has choices."""
     text = str(value).strip()
-    if option.choices and text not in option.choices:
-        # Choices are matched case-insensitively (fp16 -> FP16) but must exist.
-        match = next((c for c in option.choices if c.lower() == text.lower()), None)
-        if match is None:
-            raise AnswerError(
-                f"{option.key} must be one of {', '.join(option.choices)}; got {value!r}.",
-                f"Example: --set {option.key}={option.choices[0]}",
-            )
-        text = match
-    return text
+    if not option.choices or text in option.choices:
+        return text
+    # Choices are matched case-insensitively (fp16 -> FP16) but must exist.
+    match = next((c for c in option.choices if c.lower() == text.lower()), None)
+    if match is None:
+        raise AnswerError(
+            f"{option.key} must be one of {', '.join(option.choices)}; got {value!r}.",
+            f"Example: --set {option.key}={option.choices[0]}",
+        )
+    return match
+
+
+# How a value is converted to each kind of option (any other kind: as text).
+_COERCIONS: dict[type, Callable[[Option, Any], Any]] = {
+    dict: _coerce_signature, bool: _coerce_bool, int: _coerce_int,
+}
 
 
 def parse_dims(value: str) -> str:
@@ -224,28 +245,38 @@ def resolve_answers(template: Template, given: Mapping[str, Any], prompter: Prom
     ``given`` holds what the user set; the rest take their defaults, or are asked for through ``prompter``
     (an invalid answer is shown and asked again).
     """
+    _check_known_options(template, given)
+    if given.get("sequence", "none") not in ("none", "") and "model_name" not in given:
+        given = {**given, "model_name": SEQUENCE_MODEL_NAME}  # not add_sub: the sequence example accumulates
+    answers: dict[str, Any] = {}
+    for option in template.options:
+        if option.key in given:
+            answers[option.key] = _validate(option, given[option.key])
+        elif prompter is None or not _is_asked(option, answers):
+            answers[option.key] = _validate(option, _default(option, answers))
+        else:
+            answers[option.key] = _ask_until_valid(prompter, option, _default(option, answers))
+    check_consistency(template, answers)
+    return answers
+
+
+def _check_known_options(template: Template, given: Mapping[str, Any]) -> None:
+    """AnswerError naming the keys of ``given`` that are no option of ``template``."""
     unknown = sorted(set(given) - {o.key for o in template.options})
     if unknown:
         keys = ", ".join(o.key for o in template.options)
         raise AnswerError(
             f"Template {template.name} has no option {', '.join(map(repr, unknown))}.", f"Its options: {keys}"
         )
-    answers: dict[str, Any] = {}
-    if given.get("sequence", "none") not in ("none", "") and "model_name" not in given:
-        given = {**given, "model_name": SEQUENCE_MODEL_NAME}  # not add_sub: the sequence example accumulates
-    for option in template.options:
-        if option.key in given:
-            answers[option.key] = _validate(option, given[option.key])
-            continue
-        default = _default(option, answers)
-        own_signature = bool(answers.get("signature", {}).get("inputs"))
-        if (prompter is None or (own_signature and option.key in EXAMPLE_KEYS) or option.key in COMPOSE_KEYS
-                or option.key in RELEASE_KEYS):
-            answers[option.key] = _validate(option, default)
-        else:
-            answers[option.key] = _ask_until_valid(prompter, option, default)
-    check_consistency(template, answers)
-    return answers
+
+
+def _is_asked(option: Option, answers: Mapping[str, Any]) -> bool:
+    """Whether a prompt asks for ``option`` (``answers``: those resolved before it): not for the answers of a
+    composition or of the release, nor for the add/sub example's once the model has a signature of its own."""
+    if option.key in COMPOSE_KEYS or option.key in RELEASE_KEYS:
+        return False
+    own_signature = bool(answers.get("signature", {}).get("inputs"))
+    return not (own_signature and option.key in EXAMPLE_KEYS)
 
 
 def chosen_answers(template: Template, answers: Mapping[str, Any]) -> dict[str, Any]:
@@ -287,7 +318,7 @@ def _default(option: Option, answers: dict[str, Any]) -> Any:
     if isinstance(option.default, str) and "{{" in option.default:
         # Rendered the way cookiecutter renders it, so plain cookiecutter gives the same defaults.
 
-        return StrictEnvironment().from_string(option.default).render(cookiecutter=answers)
+        return cookiecutter_environment.StrictEnvironment().from_string(option.default).render(cookiecutter=answers)
     return option.default
 
 
@@ -299,6 +330,14 @@ def _check_sequence(answers: Mapping[str, Any], given: signature.Signature | Non
             raise AnswerError("implicit_state keeps a sequence's state, so it needs sequence batching.",
                               "Add --set sequence=direct (or oldest), or drop --set implicit_state=yes.")
         return
+    _check_sequence_options(answers, sequence, python)
+    _check_sequence_batching(answers, given, sequence)
+    model = given or signature.accumulator(answers.get("dtype", "FP32"), str(answers.get("dims", "16")))
+    signature.validate(model, sequence=True, bf16=not python)
+
+
+def _check_sequence_options(answers: Mapping[str, Any], sequence: str, python: bool) -> None:
+    """AnswerError for an option a sequence model cannot take (the add/sub example's, a GPU, a framework)."""
     if answers.get("implicit_state") and python:
         raise AnswerError(
             "The python backend does not support implicit state (it never calls Triton's TRITONBACKEND_State* API, "
@@ -315,24 +354,23 @@ def _check_sequence(answers: Mapping[str, Any], given: signature.Signature | Non
     if answers.get("framework", frameworks.NONE) != frameworks.NONE or answers.get("pattern", "none") != "none":
         raise AnswerError("A sequence model is the backend's own accumulator; it cannot wrap a framework or compose "
                           "models.", f"Drop --framework/--pattern, or --set sequence={sequence}.")
+
+
+def _check_sequence_batching(answers: Mapping[str, Any], given: signature.Signature | None,
+                             sequence: str) -> None:
+    """AnswerError when a sequence model's batching cannot be written: an imported config brings its own, or
+    the oldest strategy has no batch dimension."""
     if given is not None and given.config:
         raise AnswerError("--from-config carries its own batching; a sequence model writes sequence_batching.",
                           "Give the tensors with --input/--output instead, or drop --set sequence.")
     if sequence == "oldest" and int(answers.get("max_batch_size", 0)) < 1:
         raise AnswerError("The oldest strategy batches requests of several sequences, so it needs max_batch_size >= 1.",
                           "Use --set max_batch_size=8, or --set sequence=direct.")
-    model = given or signature.accumulator(answers.get("dtype", "FP32"), str(answers.get("dims", "16")))
-    signature.validate(model, sequence=True, bf16=not python)
 
 
 def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     """Rules that span several answers."""
-    if "cmake_minimum" in answers:
-        needed = versions.resolve(answers["triton_version"]).min_cmake
-        if versions.version_tuple(answers["cmake_minimum"]) < versions.version_tuple(needed):
-            raise AnswerError(f"Triton's r{answers['triton_version']} sources need CMake {needed} or newer; "
-                              f"cmake_minimum {answers['cmake_minimum']} is older.",
-                              "Leave cmake_minimum out: it follows the release.")
+    _check_cmake_minimum(answers)
     if answers.get("custom_metrics") and answers.get("pattern", "none") != "none":
         raise AnswerError("custom_metrics instruments a model that computes; the C++ BLS router only forwards "
                           "requests and answers them in completion callbacks.",
@@ -343,20 +381,54 @@ def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     _check_sequence(answers, given, python)
     if answers.get("sequence", "none") != "none":
         return
-    framework = answers.get("framework", frameworks.NONE)
-    if framework != frameworks.NONE:
-        example = given is None and signature.add_sub(
-            answers.get("dtype", "FP32"), str(answers.get("dims", "16")),
-            {k: answers.get(k, k.upper().replace("_NAME", "")) for k in TENSOR_KEYS})
-        frameworks.check_signature(framework, given or example, own=given is not None,
-                                   batching=int(answers.get("max_batch_size", 0)) > 0)
+    _check_framework(answers, given)
     if given is not None:
-        signature.validate(given, bf16=not python)
-        if python and (answers.get("native") or answers.get("python_based_backend")):
-            option = "native" if answers.get("native") else "python_based_backend"
-            raise AnswerError(f"{option} is an add/sub example and cannot serve a signature of your own.",
-                              f"Drop --set {option}=yes, or the --input/--output tensors.")
+        _check_own_signature(answers, given, python)
         return  # the add/sub answers (dtype, dims, tensor names) are not used
+    _check_example_answers(answers)
+    if answers.get("instance_kind") == "KIND_GPU" and "gpu" in answers and not answers["gpu"]:
+        raise AnswerError(
+            "instance_kind KIND_GPU needs a GPU build, but gpu is off.",
+            "Pass --gpu, or keep --set instance_kind=KIND_CPU.",
+        )
+
+
+def _check_cmake_minimum(answers: Mapping[str, Any]) -> None:
+    """AnswerError when cmake_minimum is older than the CMake the release's sources need."""
+    if "cmake_minimum" not in answers:
+        return
+    needed = versions.resolve(answers["triton_version"]).min_cmake
+    if versions.version_tuple(answers["cmake_minimum"]) < versions.version_tuple(needed):
+        raise AnswerError(f"Triton's r{answers['triton_version']} sources need CMake {needed} or newer; "
+                          f"cmake_minimum {answers['cmake_minimum']} is older.",
+                          "Leave cmake_minimum out: it follows the release.")
+
+
+def _check_framework(answers: Mapping[str, Any], given: signature.Signature | None) -> None:
+    """AnswerError when the framework cannot serve the model's tensors (``given``, else the add/sub
+    example's)."""
+    framework = answers.get("framework", frameworks.NONE)
+    if framework == frameworks.NONE:
+        return
+    example = given is None and signature.add_sub(
+        answers.get("dtype", "FP32"), str(answers.get("dims", "16")),
+        {k: answers.get(k, k.upper().replace("_NAME", "")) for k in TENSOR_KEYS})
+    frameworks.check_signature(framework, given or example, own=given is not None,
+                               batching=int(answers.get("max_batch_size", 0)) > 0)
+
+
+def _check_own_signature(answers: Mapping[str, Any], given: signature.Signature, python: bool) -> None:
+    """AnswerError when the user's own signature breaks a rule, or comes with an option only the add/sub
+    example has."""
+    signature.validate(given, bf16=not python)
+    if python and (answers.get("native") or answers.get("python_based_backend")):
+        option = "native" if answers.get("native") else "python_based_backend"
+        raise AnswerError(f"{option} is an add/sub example and cannot serve a signature of your own.",
+                          f"Drop --set {option}=yes, or the --input/--output tensors.")
+
+
+def _check_example_answers(answers: Mapping[str, Any]) -> None:
+    """AnswerError when the add/sub example's answers do not fit: native's dtypes, distinct tensor names."""
     if answers.get("native") and answers.get("dtype") not in NATIVE_DTYPES:
         raise AnswerError(f"native (the pybind11 add/sub) is written for {', '.join(NATIVE_DTYPES)}, not "
                           f"{answers.get('dtype')}.", "Pick one of those dtypes, or drop --set native=yes.")
@@ -366,9 +438,4 @@ def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
         raise AnswerError(
             f"Tensor names must be distinct; {', '.join(duplicates)} is used twice.",
             "Example: --set input0_name=A --set input1_name=B --set output0_name=SUM --set output1_name=DIFF",
-        )
-    if answers.get("instance_kind") == "KIND_GPU" and "gpu" in answers and not answers["gpu"]:
-        raise AnswerError(
-            "instance_kind KIND_GPU needs a GPU build, but gpu is off.",
-            "Pass --gpu, or keep --set instance_kind=KIND_CPU.",
         )

@@ -2,7 +2,8 @@
 added to a project (``tbgen add model``).
 
 A composed project is rendered from its template like any other (the template's model is a callee, or the
-ensemble's core), then grown in the staging directory before it is moved into place:
+ensemble's core), then grown in the staging directory (``compose_into_tree``) before it is moved into
+place:
 
     model_repository/<callee or core>/     the template's model, rendered once per name
     model_repository/<top>/                the BLS model (Python) or the ensemble's config
@@ -12,9 +13,9 @@ ensemble's core), then grown in the staging directory before it is moved into pl
     tbgen.toml                             a [[models]] entry each, the top model first
 
 The C++ BLS is the exception: the cpp-backend template renders it (pattern=bls) and its callees are Python
-add/sub models. ``tbgen add model`` does the same into an existing project and writes only new files and
-tbgen.toml's new entries (after its last [[models]] entry: scaffold.model_entries); a model the project's C++
-library would serve must have the tensors the library was generated for.
+add/sub models. ``tbgen add model`` (``compose_into_project``) does the same into an existing project and
+writes only new files and tbgen.toml's new entries (after its last [[models]] entry: scaffold.model_entries);
+a model the project's C++ library would serve must have the tensors the library was generated for.
 """
 
 from __future__ import annotations
@@ -24,24 +25,24 @@ import os
 import shlex
 import shutil
 import tempfile
-import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from triton_backend_gen import signature
 from triton_backend_gen.errors import ScaffoldError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config import load_model_config
-from triton_backend_gen.project import Project
+from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import model_entries, naming
 from triton_backend_gen.scaffold.answers import resolve_answers
 from triton_backend_gen.scaffold.render import render_into
 from triton_backend_gen.scaffold.templates import Template, get_template, templates_dir
+
+jinja2 = lazy_module("jinja2")
+text_format = lazy_module("google.protobuf.text_format")
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 PATTERNS = ("bls", "bls-async", "bls-decoupled", "ensemble")
 # The templates whose models each pattern composes.
@@ -95,12 +96,7 @@ def plan(template: str, given: Mapping[str, Any]) -> tuple[Composition | None, d
             raise UsageError("--set callees names the models a composed model calls.", "Add --pattern bls (or "
                              "bls-async, bls-decoupled, ensemble), or drop --set callees.")
         return None, {**rest, **({"pattern": "none"} if _takes(template, "pattern") else {})}
-    if pattern not in PATTERNS:
-        raise UsageError(f"--pattern {pattern!r} is not one of {', '.join(PATTERNS)}.", "Example: --pattern bls")
-    if template not in PATTERN_TEMPLATES[pattern]:
-        which = " or ".join(PATTERN_TEMPLATES[pattern])
-        raise UsageError(f"--pattern {pattern} composes models of {which}, not of {template}.",
-                         f"Use --template {PATTERN_TEMPLATES[pattern][0]}.")
+    _check_pattern(pattern, template)
     callees = _callees(pattern, callees_text)
     top = naming.check_model_name(str(rest.pop("model_name", None) or TOP_NAMES[pattern]).strip())
     if top in callees:
@@ -125,7 +121,19 @@ def check_answers(composition: Composition, answers: Mapping[str, Any]) -> None:
         raise UsageError(f"--pattern {composition.pattern} cannot be combined with --framework.", "Drop one of them.")
 
 
+def _check_pattern(pattern: str, template: str) -> None:
+    """UsageError for a pattern that is none of PATTERNS, or that composes no models of ``template``."""
+    if pattern not in PATTERNS:
+        raise UsageError(f"--pattern {pattern!r} is not one of {', '.join(PATTERNS)}.",
+                         "Example: --pattern bls")
+    if template not in PATTERN_TEMPLATES[pattern]:
+        which = " or ".join(PATTERN_TEMPLATES[pattern])
+        raise UsageError(f"--pattern {pattern} composes models of {which}, not of {template}.",
+                         f"Use --template {PATTERN_TEMPLATES[pattern][0]}.")
+
+
 def _takes(template: str, key: str) -> bool:
+    """Whether ``template`` has the option ``key``."""
     return get_template(template).option(key) is not None
 
 
@@ -149,139 +157,189 @@ def _callees(pattern: str, text: Any) -> tuple[str, ...]:
 # ---- Growing a rendered project -------------------------------------------------------------------------
 
 
-@dataclass
-class Grower:
-    """Adds a composition's models to the project at ``root`` (a staging directory or an existing project)."""
+def compose_into_tree(root: Path, composition: Composition, answers: dict[str, Any],
+                      existing: Mapping[str, str], *, fresh_project: bool) -> None:
+    """Add ``composition``'s models to the project tree at ``root`` (a staging directory: a project being
+    rendered, or a copy of an existing one's tbgen.toml and configs) and their entries to its tbgen.toml.
+    ``answers``: the template's resolved answers (model_name: the first template model); ``existing``: the
+    models the project has -> their reference, relative to the root (they are not written again);
+    ``fresh_project``: the project is being created, so its template model's reference is reference.py."""
+    references = dict(existing)
+    if fresh_project:
+        _place_template_reference(root, composition, references)
+    entries = _graft_missing(root, get_template(composition.template), composition.template_models,
+                             references, lambda name: {**answers, "model_name": name})
+    if composition.cpp_bls:
+        python = get_template("python-backend")
+        entries += _graft_missing(root, python, composition.callees, references,
+                                  lambda name: _python_answers(python, answers, name))
+        if fresh_project:
+            _set_entry_line(root, composition.top, f"calls = {json.dumps(list(composition.callees))}")
+        _add_entries(root, entries)
+        return
+    top_reference = "reference.py" if fresh_project else f"references/{composition.top}.py"
+    write_top = _write_ensemble if composition.pattern == "ensemble" else _write_bls
+    _add_entries(root, write_top(root, composition, references, top_reference) + entries, first=fresh_project)
 
-    composition: Composition
-    answers: dict[str, Any]  # the template's resolved answers (model_name: the first template model)
-    existing: Mapping[str, str]  # models already in the project -> their reference, relative to the root
-    fresh_project: bool  # the project is being created: its template model's reference is reference.py
 
-    def grow(self, root: Path) -> None:
-        comp = self.composition
-        references = dict(self.existing)
-        entries: list[str] = []
-        first = comp.template_models[0]
-        if self.fresh_project and not comp.cpp_bls:
-            # The template's model becomes a callee: its reference moves to references/, the top's takes its place.
-            _move(root / "reference.py", root / "references" / f"{first}.py")
-            _set_entry_line(root, first, f'reference = "references/{first}.py"')
-            references[first] = f"references/{first}.py"
-        elif self.fresh_project:
-            references[first] = "reference.py"
-        template = get_template(comp.template)
-        for name in comp.template_models:
-            if name not in references:
-                entries.append(_graft(root, template, {**self.answers, "model_name": name}, name))
-                references[name] = f"references/{name}.py"
-        if comp.cpp_bls:
-            python = get_template("python-backend")
-            for name in comp.callees:
-                if name not in references:
-                    entries.append(_graft(root, python, _python_answers(python, self.answers, name), name))
-                    references[name] = f"references/{name}.py"
-            if self.fresh_project:
-                _set_entry_line(root, comp.top, f"calls = {json.dumps(list(comp.callees))}")
-            _add_entries(root, entries)
-            return
-        top_reference = "reference.py" if self.fresh_project else f"references/{comp.top}.py"
-        top = self._ensemble if comp.pattern == "ensemble" else self._bls
-        _add_entries(root, top(root, references, top_reference) + entries, first=self.fresh_project)
+def _place_template_reference(root: Path, composition: Composition, references: dict[str, str]) -> None:
+    """In a project being created, place the reference of the template's (first) model: reference.py for the
+    C++ BLS router; else it moves to references/, as a callee's, and the top model's takes its place."""
+    first = composition.template_models[0]
+    if composition.cpp_bls:
+        references[first] = "reference.py"
+        return
+    _move(root / "reference.py", root / "references" / f"{first}.py")
+    _set_entry_line(root, first, f'reference = "references/{first}.py"')
+    references[first] = f"references/{first}.py"
 
-    def _bls(self, root: Path, references: dict[str, str], top_reference: str) -> list[str]:
-        comp = self.composition
-        callee = load_model_config(root / "model_repository" / comp.callees[0] / "config.pbtxt")
-        config = model_config_pb2.ModelConfig(name=comp.top, backend="python", max_batch_size=callee.max_batch_size)
-        if comp.pattern == "bls":
-            config.input.add(name=comp.selector, data_type=model_config_pb2.TYPE_STRING, dims=[1])
-        config.input.extend(callee.input)
-        config.output.extend(callee.output)
-        config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
-        inputs = [t.name for t in callee.input]
-        outputs = [t.name for t in callee.output]
-        if comp.selector in inputs and comp.pattern == "bls":
-            raise UsageError(f"The selector {comp.selector!r} is also an input of {comp.callees[0]}.",
-                             "Choose another with --set selector=NAME.")
-        context: dict[str, Any] = {
-            "name": comp.top, "callees": list(comp.callees), "selector": comp.selector, "inputs": inputs,
-            "outputs": outputs, "take": {o: comp.callees[i % len(comp.callees)] for i, o in enumerate(outputs)},
-            "callee": comp.callees[0], "output_tensors": [_tensor_context(t) for t in callee.output],
-            **_loader_context(references, top_reference, comp.callees),
-        }
-        if comp.pattern == "bls-decoupled":
-            blocked = [t.name for t in callee.output if t.data_type == model_config_pb2.TYPE_STRING]
-            if blocked:
-                raise UsageError(f"--pattern bls-decoupled sums the responses of {comp.callees[0]}, but "
-                                 f"{', '.join(blocked)} is BYTES.", "Give the decoupled model numeric outputs.")
-        kind = comp.pattern.replace("-", "_")
-        header = {"bls": f"routes each request to the model its {comp.selector} input names",
-                  "bls-async": f"sends each request to {', '.join(comp.callees)} at once",
-                  "bls-decoupled": f"sums the responses {comp.callees[0]} streams"}[comp.pattern]
-        _write_model(root, config, f"BLS model {comp.top}: {header} (1/model.py).",
-                     _render(f"{kind}.py.j2", context))
-        _write_new(root / top_reference, _render(f"reference_{kind}.py.j2", context))
-        return [model_entries.entry(comp.top, pattern=comp.pattern, reference=top_reference, calls=comp.callees)]
 
-    def _ensemble(self, root: Path, references: dict[str, str], top_reference: str) -> list[str]:
-        comp = self.composition
-        pre, core_name, post = comp.callees
-        core = load_model_config(root / "model_repository" / core_name / "config.pbtxt")
-        problems = [t.name for t in core.input if t.optional]
-        if problems:
-            raise UsageError(f"--pattern ensemble: {core_name}'s input {', '.join(problems)} is optional; an "
-                             "ensemble's steps take every tensor they declare.", "Make the inputs required.")
-        bf16 = [t.name for t in (*core.input, *core.output) if t.data_type == model_config_pb2.TYPE_BF16]
-        if bf16:
-            raise UsageError(f"--pattern ensemble: {', '.join(bf16)} is BF16, which the Python steps cannot "
-                             "handle (numpy has no bfloat16).", "Use FP16 or FP32 for the tensors between steps.")
-        mbs = core.max_batch_size
-        to_core = {t.name: PRE_PREFIX + t.name for t in core.input}  # core input <- pre's output
-        to_post = {POST_PREFIX + t.name: t.name for t in core.output}  # post's input <- core output
-        entries = []
-        # Each step takes the tensors under the names its mapping's keys give them, and returns them under the
-        # names of its values (pre: INPUT0 -> PREPROCESSED_INPUT0; post: RAW_OUTPUT0 -> OUTPUT0).
-        for step, role, tensors, mapping in ((pre, "pre-processing", core.input, to_core),
-                                             (post, "post-processing", core.output, to_post)):
-            if step in references:
-                continue
-            config = model_config_pb2.ModelConfig(name=step, backend="python", max_batch_size=mbs)
-            for t, (source, target) in zip(tensors, mapping.items(), strict=True):
-                config.input.add(name=source, data_type=t.data_type, dims=t.dims)
-                config.output.add(name=target, data_type=t.data_type, dims=t.dims)
-            config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
-            if mbs > 0:
-                config.dynamic_batching.SetInParent()
-            context = {"name": step, "role": role, "ensemble": comp.top, "core": core_name, "mapping": mapping,
-                       "sources": to_post, **_loader_context(references, f"references/{step}.py", (core_name,))}
-            _write_model(root, config, f"The {role} step of ensemble {comp.top} (1/model.py).",
-                         _render("step.py.j2", context))
-            _write_new(root / "references" / f"{step}.py", _render("reference_step.py.j2", context))
-            references[step] = f"references/{step}.py"
-            entries.append(model_entries.entry(step, reference=f"references/{step}.py"))
-        config = model_config_pb2.ModelConfig(name=comp.top, platform="ensemble", max_batch_size=mbs)
-        for t in core.input:
-            config.input.add(name=t.name, data_type=t.data_type, dims=t.dims)
-        for t in core.output:
-            config.output.add(name=t.name, data_type=t.data_type, dims=t.dims)
-        # Ensemble tensors take the names the steps give their outputs.
-        first, middle, last = (config.ensemble_scheduling.step.add(model_name=m, model_version=-1)
-                               for m in (pre, core_name, post))
-        for name, preprocessed in to_core.items():
-            first.input_map[name] = name
-            first.output_map[preprocessed] = preprocessed
-            middle.input_map[name] = preprocessed
-        for raw, name in to_post.items():
-            middle.output_map[name] = raw
-            last.input_map[raw] = raw
-            last.output_map[name] = name
-        _write_model(root, config, f"Ensemble {comp.top}: {pre} -> {core_name} -> {post}; each step's input_map "
-                     "reads ensemble tensors by the step's own input names, output_map names what it writes.", None)
-        context = {"name": comp.top, "pre": pre, "core": core_name, "post": post, "to_core": to_core,
-                   "to_post": to_post, **_loader_context(references, top_reference, comp.callees)}
-        _write_new(root / top_reference, _render("reference_ensemble.py.j2", context))
-        top = model_entries.entry(comp.top, pattern="ensemble", reference=top_reference, calls=comp.callees)
-        return [top, *entries]
+def _graft_missing(root: Path, template: Template, names: tuple[str, ...], references: dict[str, str],
+                   answers_of: Callable[[str], dict[str, Any]]) -> list[str]:
+    """Graft the models of ``names`` that ``references`` lacks (rendered from ``template`` with
+    ``answers_of(name)``) and record their references; their [[models]] entries."""
+    entries = []
+    for name in names:
+        if name not in references:
+            entries.append(_graft(root, template, answers_of(name), name))
+            references[name] = f"references/{name}.py"
+    return entries
+
+
+def _write_bls(root: Path, comp: Composition, references: dict[str, str], top_reference: str) -> list[str]:
+    """Write the BLS model over its first callee's tensors (config.pbtxt, model.py, reference); its entry."""
+    callee = load_model_config(root / "model_repository" / comp.callees[0] / "config.pbtxt")
+    _check_bls_callee(comp, callee)
+    outputs = [t.name for t in callee.output]
+    context: dict[str, Any] = {
+        "name": comp.top, "callees": list(comp.callees), "selector": comp.selector,
+        "inputs": [t.name for t in callee.input], "outputs": outputs,
+        "take": {o: comp.callees[i % len(comp.callees)] for i, o in enumerate(outputs)},
+        "callee": comp.callees[0], "output_tensors": [_tensor_context(t) for t in callee.output],
+        **_loader_context(references, top_reference, comp.callees),
+    }
+    kind = comp.pattern.replace("-", "_")
+    _write_model(root, _bls_config(comp, callee), f"BLS model {comp.top}: {_bls_summary(comp)} (1/model.py).",
+                 _render(f"{kind}.py.j2", context))
+    _write_new(root / top_reference, _render(f"reference_{kind}.py.j2", context))
+    return [model_entries.entry(comp.top, pattern=comp.pattern, reference=top_reference, calls=comp.callees)]
+
+
+def _check_bls_callee(comp: Composition, callee: Any) -> None:
+    """UsageError when the BLS model cannot take the tensors of its first callee (config ``callee``): a
+    selector that is one of its inputs, or, summing a decoupled model's responses, a BYTES output."""
+    if comp.pattern == "bls" and comp.selector in {t.name for t in callee.input}:
+        raise UsageError(f"The selector {comp.selector!r} is also an input of {comp.callees[0]}.",
+                         "Choose another with --set selector=NAME.")
+    if comp.pattern == "bls-decoupled":
+        blocked = [t.name for t in callee.output if t.data_type == model_config_pb2.TYPE_STRING]
+        if blocked:
+            raise UsageError(f"--pattern bls-decoupled sums the responses of {comp.callees[0]}, but "
+                             f"{', '.join(blocked)} is BYTES.", "Give the decoupled model numeric outputs.")
+
+
+def _bls_config(comp: Composition, callee: Any) -> Any:
+    """The BLS model's configuration: the first callee's tensors (the router's selector input first), one CPU
+    instance."""
+    config = model_config_pb2.ModelConfig(name=comp.top, backend="python",
+                                          max_batch_size=callee.max_batch_size)
+    if comp.pattern == "bls":
+        config.input.add(name=comp.selector, data_type=model_config_pb2.TYPE_STRING, dims=[1])
+    config.input.extend(callee.input)
+    config.output.extend(callee.output)
+    config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    return config
+
+
+def _bls_summary(comp: Composition) -> str:
+    """What the BLS model does, for the comment heading its config.pbtxt."""
+    return {"bls": f"routes each request to the model its {comp.selector} input names",
+            "bls-async": f"sends each request to {', '.join(comp.callees)} at once",
+            "bls-decoupled": f"sums the responses {comp.callees[0]} streams"}[comp.pattern]
+
+
+def _write_ensemble(root: Path, comp: Composition, references: dict[str, str],
+                    top_reference: str) -> list[str]:
+    """Write the ensemble (config.pbtxt, reference) and the Python steps around its core that ``references``
+    lacks; their entries, the ensemble's first."""
+    pre, core_name, post = comp.callees
+    core = load_model_config(root / "model_repository" / core_name / "config.pbtxt")
+    _check_ensemble_core(core_name, core)
+    to_core = {t.name: PRE_PREFIX + t.name for t in core.input}  # core input <- pre's output
+    to_post = {POST_PREFIX + t.name: t.name for t in core.output}  # post's input <- core output
+    entries = []
+    # Each step takes the tensors under the names its mapping's keys give them, and returns them under the
+    # names of its values (pre: INPUT0 -> PREPROCESSED_INPUT0; post: RAW_OUTPUT0 -> OUTPUT0).
+    for step, role, tensors, mapping in ((pre, "pre-processing", core.input, to_core),
+                                         (post, "post-processing", core.output, to_post)):
+        if step in references:
+            continue
+        context = {"name": step, "role": role, "ensemble": comp.top, "core": core_name, "mapping": mapping,
+                   "sources": to_post, **_loader_context(references, f"references/{step}.py", (core_name,))}
+        _write_model(root, _step_config(step, tensors, mapping, core.max_batch_size),
+                     f"The {role} step of ensemble {comp.top} (1/model.py).", _render("step.py.j2", context))
+        _write_new(root / "references" / f"{step}.py", _render("reference_step.py.j2", context))
+        references[step] = f"references/{step}.py"
+        entries.append(model_entries.entry(step, reference=f"references/{step}.py"))
+    _write_model(root, _ensemble_config(comp, core, to_core, to_post),
+                 f"Ensemble {comp.top}: {pre} -> {core_name} -> {post}; each step's input_map reads ensemble "
+                 "tensors by the step's own input names, output_map names what it writes.", None)
+    context = {"name": comp.top, "pre": pre, "core": core_name, "post": post, "to_core": to_core,
+               "to_post": to_post, **_loader_context(references, top_reference, comp.callees)}
+    _write_new(root / top_reference, _render("reference_ensemble.py.j2", context))
+    top = model_entries.entry(comp.top, pattern="ensemble", reference=top_reference, calls=comp.callees)
+    return [top, *entries]
+
+
+def _check_ensemble_core(name: str, core: Any) -> None:
+    """UsageError for a core model (config ``core``) the ensemble's Python steps cannot feed: an optional
+    input, a BF16 tensor."""
+    problems = [t.name for t in core.input if t.optional]
+    if problems:
+        raise UsageError(f"--pattern ensemble: {name}'s input {', '.join(problems)} is optional; an "
+                         "ensemble's steps take every tensor they declare.", "Make the inputs required.")
+    bf16 = [t.name for t in (*core.input, *core.output) if t.data_type == model_config_pb2.TYPE_BF16]
+    if bf16:
+        raise UsageError(f"--pattern ensemble: {', '.join(bf16)} is BF16, which the Python steps cannot "
+                         "handle (numpy has no bfloat16).", "Use FP16 or FP32 for the tensors between steps.")
+
+
+def _step_config(name: str, tensors: Any, mapping: Mapping[str, str], max_batch_size: int) -> Any:
+    """A Python step's configuration: each of ``tensors`` in under its ``mapping`` key and out under its
+    value, one CPU instance, dynamic batching when it batches."""
+    config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=max_batch_size)
+    for t, (source, target) in zip(tensors, mapping.items(), strict=True):
+        config.input.add(name=source, data_type=t.data_type, dims=t.dims)
+        config.output.add(name=target, data_type=t.data_type, dims=t.dims)
+    config.instance_group.add(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    if max_batch_size > 0:
+        config.dynamic_batching.SetInParent()
+    return config
+
+
+def _ensemble_config(comp: Composition, core: Any, to_core: Mapping[str, str],
+                     to_post: Mapping[str, str]) -> Any:
+    """The ensemble's configuration: the core's tensors, and its three steps wired by the steps' tensor
+    names."""
+    pre, core_name, post = comp.callees
+    config = model_config_pb2.ModelConfig(name=comp.top, platform="ensemble",
+                                          max_batch_size=core.max_batch_size)
+    for t in core.input:
+        config.input.add(name=t.name, data_type=t.data_type, dims=t.dims)
+    for t in core.output:
+        config.output.add(name=t.name, data_type=t.data_type, dims=t.dims)
+    # Ensemble tensors take the names the steps give their outputs.
+    first, middle, last = (config.ensemble_scheduling.step.add(model_name=m, model_version=-1)
+                           for m in (pre, core_name, post))
+    for name, preprocessed in to_core.items():
+        first.input_map[name] = name
+        first.output_map[preprocessed] = preprocessed
+        middle.input_map[name] = preprocessed
+    for raw, name in to_post.items():
+        middle.output_map[name] = raw
+        last.input_map[raw] = raw
+        last.output_map[name] = name
+    return config
 
 
 def _graft(root: Path, template: Template, answers: dict[str, Any], name: str) -> str:
@@ -296,9 +354,10 @@ def _graft(root: Path, template: Template, answers: dict[str, Any], name: str) -
         _copy_new(rendered / "reference.py", root / "references" / f"{name}.py")
         decoupled = template.name == "decoupled-backend"
         python = template.name == "python-backend" or answers.get("language") == "python"
-        rendered_entry = tomllib.loads((rendered / "tbgen.toml").read_text()).get("models", [{}])[0]
+        rendered_models = load_project(rendered).models
+    metrics = rendered_models[0].metrics if rendered_models else ()
     return model_entries.entry(name, decoupled=decoupled, reference=f"references/{name}.py", python=python,
-                               metrics=tuple(rendered_entry.get("metrics", ())))
+                               metrics=metrics)
 
 
 def _python_answers(python: Template, answers: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -386,40 +445,46 @@ def _add_entries(root: Path, entries: list[str], *, first: bool = False) -> None
 # ---- tbgen add model ------------------------------------------------------------------------------------
 
 
-def add_model(project: Project, name: str, template: str | None, given: Mapping[str, Any]) -> list[Path]:
+def compose_into_project(project: Project, name: str, template: str | None,
+                         given: Mapping[str, Any]) -> list[Path]:
     """Add model ``name`` (with ``given['pattern']``: a composed model and the callees the project lacks) to
     ``project``; returns the files written. Only new files are written, and tbgen.toml gains their entries;
     nothing is written when anything fails."""
     spec = get_template(template or project.template)
-    recorded = tomllib.loads(project.project_file.read_text()).get("answers", {})
-    base = {k: v for k, v in recorded.items() if spec.option(k) is not None and k not in ("model_name", "pattern")}
     composition, rest = plan(spec.name, {**given, "model_name": name})
     if composition is None and any(m.name == name for m in project.models):
         raise UsageError(f"{project.name} has a model {name!r} already.", "Choose another name.")
-    answers = resolve_answers(spec, {**base, **rest, "project_name": project.name, "backend_name": project.backend})
+    answers = resolve_answers(spec, {**_project_answers(project, spec), **rest, "project_name": project.name,
+                                     "backend_name": project.backend})
     if composition is not None:
         check_answers(composition, answers)
-    _check_served_by(project, spec, answers, recorded)
+    _check_served_by(project, spec, answers)
     existing = {m.name: str((m.reference or project.reference_file).relative_to(project.root))
                 for m in project.models}
-    for model in (composition.callees if composition else ()):
-        if (project.model_repository / model).is_dir() and model not in existing:
-            raise UsageError(f"Model {model} is in the repository but not in tbgen.toml, so it has no reference.",
-                             f'Add a [[models]] entry for it with reference = "references/{model}.py".')
+    _check_callees_listed(project, composition, existing)
     with tempfile.TemporaryDirectory(prefix=".tbgen-add-", dir=project.root) as scratch:
         staging = Path(scratch)
         written = _grow_staging(project, staging, composition, answers, existing, spec, name)
         _check_library_tensors(project, staging, written, AddCommand(name, template, dict(given)))
-        clashes = [dest for dest in (project.root / p.relative_to(staging) for p in written) if dest.exists()]
-        if clashes:
-            raise UsageError(f"{clashes[0]} already exists; `tbgen add model` writes only new files.",
-                             "Choose other model names, or move the file away.")
-        for file in written:
-            dest = project.root / file.relative_to(staging)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(file, dest)
-        shutil.copy2(staging / "tbgen.toml", project.project_file)
-        return [project.root / p.relative_to(staging) for p in written]
+        return _copy_into_project(project, staging, written)
+
+
+def _project_answers(project: Project, spec: Template) -> dict[str, Any]:
+    """The answers ``project`` was rendered with that a model of ``spec`` takes too (not its model's name and
+    pattern): the new model's defaults."""
+    return {key: value for key, value in project.answers.items()
+            if spec.option(key) is not None and key not in ("model_name", "pattern")}
+
+
+def _check_callees_listed(project: Project, composition: Composition | None,
+                          existing: Mapping[str, str]) -> None:
+    """UsageError for a callee the model repository holds but tbgen.toml does not list (it has no
+    reference)."""
+    for model in (composition.callees if composition else ()):
+        if (project.model_repository / model).is_dir() and model not in existing:
+            raise UsageError(f"Model {model} is in the repository but not in tbgen.toml, so it has no "
+                             "reference.",
+                             f'Add a [[models]] entry for it with reference = "references/{model}.py".')
 
 
 def _grow_staging(project: Project, staging: Path, composition: Composition | None, answers: dict[str, Any],
@@ -432,26 +497,48 @@ def _grow_staging(project: Project, staging: Path, composition: Composition | No
             shutil.copy2(model.config_file, staging / "model_repository" / model.name / "config.pbtxt")
     before = {p for p in staging.rglob("*") if p.is_file()}
     if composition is not None:
-        Grower(composition, answers, existing, fresh_project=False).grow(staging)
+        compose_into_tree(staging, composition, answers, existing, fresh_project=False)
     else:
         _add_entries(staging, [_graft(staging, spec, answers, name)])
     return sorted(p for p in staging.rglob("*") if p.is_file() and p not in before)
 
 
-def _check_served_by(project: Project, spec: Template, answers: Mapping[str, Any], recorded: Mapping[str, Any]) -> None:
+def _copy_into_project(project: Project, staging: Path, written: list[Path]) -> list[Path]:
+    """Copy the new files ``written`` under ``staging`` into ``project``, then the grown tbgen.toml over its
+    own; where they went. UsageError, with nothing copied, when a file is there already."""
+    destinations = [project.root / file.relative_to(staging) for file in written]
+    clashes = [dest for dest in destinations if dest.exists()]
+    if clashes:
+        raise UsageError(f"{clashes[0]} already exists; `tbgen add model` writes only new files.",
+                         "Choose other model names, or move the file away.")
+    for file, dest in zip(written, destinations, strict=True):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(file, dest)
+    shutil.copy2(staging / "tbgen.toml", project.project_file)
+    return destinations
+
+
+def _check_served_by(project: Project, spec: Template, answers: Mapping[str, Any]) -> None:
     """A model of a C++ template is served by the project's own library: only one of the same tensors fits."""
-    cpp = spec.name == "cpp-backend" or (spec.name == "decoupled-backend" and answers.get("language") == "cpp")
-    if not cpp:
+    if not _served_by_library(spec, answers):
         return
     if not project.is_cpp or spec.name != project.template:
         raise UsageError(f"A {spec.name} model is served by a C++ backend library of its own; {project.name} does "
                          "not build one of that template.",
                          f"Create it with `tbgen new ... --template {spec.name}`, or add a python-backend model.")
-    differ = sorted(k for k, v in answers.items()
-                    if k in recorded and k not in ("model_name", "project_name", "backend_name") and recorded[k] != v)
+    differ = sorted(key for key, value in answers.items()
+                    if key in project.answers and key not in ("model_name", "project_name", "backend_name")
+                    and project.answers[key] != value)
     if differ:
         raise UsageError(f"{project.name}'s library is built for its own tensors; this model differs in "
                          f"{', '.join(differ)}.", "Add it with the project's answers, or as a python-backend model.")
+
+
+def _served_by_library(spec: Template, answers: Mapping[str, Any]) -> bool:
+    """Whether a model of ``spec`` with ``answers`` is served by a C++ backend library (not Triton's python
+    backend)."""
+    decoupled_cpp = spec.name == "decoupled-backend" and answers.get("language") == "cpp"
+    return spec.name == "cpp-backend" or decoupled_cpp
 
 
 # ---- the tensors of the project's C++ library -------------------------------------------------------------
@@ -473,18 +560,32 @@ class AddCommand:
         words = ["tbgen", "add", "model", self.name, *(["--template", template] if template else [])]
         if self.given.get("pattern"):
             words += ["--pattern", str(self.given["pattern"])]
-        spec = get_template(template or project.template)
-        kept = {key: _flag_value(value) for key, value in self.given.items()
-                if key in ("callees", "selector") or (key not in ("pattern", "signature") and spec.option(key))}
+        kept = self._settings(get_template(template or project.template))
         for key, value in {**kept, **(settings or {})}.items():
             words += ["--set", f"{key}={value}"]
-        for side, flag in ((tensors.inputs, "--input"), (tensors.outputs, "--output")):
-            for tensor in side:
-                words += [flag, tensor.flag()]
-        here = Path.cwd().resolve()
-        if project.root.resolve() != here:
-            words += ["--project", os.path.relpath(project.root.resolve(), here)]
-        return shlex.join(words)
+        return shlex.join(words + _tensor_flags(tensors) + _project_flag(project))
+
+    def _settings(self, spec: Template) -> dict[str, str]:
+        """The user's --set answers a model of ``spec`` takes (a composition's callees and selector too), as
+        flag values."""
+        return {key: _flag_value(value) for key, value in self.given.items()
+                if key in ("callees", "selector")
+                or (key not in ("pattern", "signature") and spec.option(key))}
+
+
+def _tensor_flags(tensors: signature.Signature) -> list[str]:
+    """``tensors`` as --input and --output flags."""
+    words = []
+    for side, flag in ((tensors.inputs, "--input"), (tensors.outputs, "--output")):
+        for tensor in side:
+            words += [flag, tensor.flag()]
+    return words
+
+
+def _project_flag(project: Project) -> list[str]:
+    """``--project PATH`` (relative to the current directory) unless the project is the current directory."""
+    here, root = Path.cwd().resolve(), project.root.resolve()
+    return [] if root == here else ["--project", os.path.relpath(root, here)]
 
 
 def _flag_value(value: Any) -> str:

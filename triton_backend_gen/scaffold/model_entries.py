@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from triton_backend_gen.errors import ScaffoldError
+from triton_backend_gen.project import TOMLError, model_tables, toml_tables
 
 _HEADER = re.compile(r"^[ \t]*(\[\[?)[ \t]*([^\[\]#]+?)[ \t]*\]\]?[ \t]*(?:#.*)?$")
 _MODELS = "models"
@@ -101,8 +101,8 @@ def checked(text: str, names: list[str], where: str) -> str:
     """``text`` when it is TOML listing the models ``names`` in that order; ScaffoldError otherwise (an edit
     that a layout tbgen does not expect would have garbled)."""
     try:
-        found = [str(m.get("name")) for m in tomllib.loads(text).get(_MODELS, [])]
-    except tomllib.TOMLDecodeError as err:
+        found = [str(m.get("name")) for m in model_tables(text)]
+    except TOMLError as err:
         raise ScaffoldError(f"Editing the [[models]] entries of {where} would leave it unreadable: {err}.",
                             "Edit its [[models]] entries by hand; tbgen left the file as it was.") from err
     if found != names:
@@ -147,7 +147,7 @@ def _entry_name(lines: list[str]) -> str:
         key, sep, value = line.partition("=")
         if sep and key.strip() == "name":
             try:
-                return str(tomllib.loads(f"name = {value.strip()}")["name"])
-            except tomllib.TOMLDecodeError:
+                return str(toml_tables(f"name = {value.strip()}")["name"])
+            except TOMLError:
                 return ""
     return ""

@@ -21,13 +21,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from triton_backend_gen.errors import ScaffoldError, TbgenError, UsageError
-from triton_backend_gen.project import PROJECT_FILE, Project
+from triton_backend_gen.project import PROJECT_FILE, Project, model_tables
 from triton_backend_gen.scaffold import compose, model_entries
 from triton_backend_gen.scaffold.record import (
     RECORD_FILE,
@@ -46,7 +46,7 @@ _LEFTOVERS = "__pycache__"  # what Python leaves beside a model.py: neither tbge
 
 @dataclass(frozen=True)
 class Removal:
-    """What ``remove_model`` removed."""
+    """What ``remove_model_from_project`` removed."""
 
     models: tuple[str, ...]  # the named model first, then the models its addition created with it
     files: tuple[Path, ...]  # every file deleted
@@ -54,7 +54,7 @@ class Removal:
     record_updated: bool  # the generation record forgot them too (False: the project has none)
 
 
-def remove_model(project: Project, name: str, *, force: bool = False) -> Removal:
+def remove_model_from_project(project: Project, name: str, *, force: bool = False) -> Removal:
     """Remove model ``name`` (and the models its addition created that nothing else calls) from ``project``.
     ``force``: remove the user's edits and files under them too, and work without a generation record."""
     project.model(name)  # UsageError naming the models when there is none of that name
@@ -140,7 +140,7 @@ def _recorded_models(record: Record) -> list[str]:
     recorded = record.files.get(PROJECT_FILE)
     if recorded is None:
         return []
-    return [str(m.get("name")) for m in tomllib.loads(recorded.data.decode()).get("models", [])]
+    return [str(m.get("name")) for m in model_tables(recorded.data.decode())]
 
 
 def _owners(recipe: Recipe, recorded: list[str]) -> dict[str, str | None]:
@@ -166,13 +166,18 @@ def _removable(project: Project, name: str, made: list[str]) -> tuple[list[str],
     present = {m.name for m in project.models}
     leaving = [model for model in made if model in present]
     kept: dict[str, tuple[str, ...]] = {}
-    while True:
-        called = {model: _callers(project, model, set(leaving)) for model in leaving if model != name}
-        staying = {model: callers for model, callers in called.items() if callers}
-        if not staying:
-            return leaving, kept
+    while staying := _still_called(project, name, leaving):
+        # A model that stays may call others of ``leaving`` in turn: look again until none is called.
         kept.update(staying)
         leaving = [model for model in leaving if model not in staying]
+    return leaving, kept
+
+
+def _still_called(project: Project, name: str, leaving: list[str]) -> dict[str, tuple[str, ...]]:
+    """The models of ``leaving`` (other than ``name``) that a model staying in the project calls -> its
+    callers."""
+    called = {model: _callers(project, model, set(leaving)) for model in leaving if model != name}
+    return {model: callers for model, callers in called.items() if callers}
 
 
 def _files(project: Project, models: list[str]) -> list[Path]:
@@ -180,15 +185,24 @@ def _files(project: Project, models: list[str]) -> list[Path]:
     shares, and never the project's reference.py)."""
     files: list[Path] = []
     for model in models:
-        directory = project.model_repository / model
-        files += sorted(p for p in directory.rglob("*") if p.is_file() or p.is_symlink() or not any(p.iterdir()))
+        files += _directory_entries(project.model_repository / model)
     staying = {m.reference for m in project.models if m.name not in models}
     for entry in project.models:
-        reference = entry.reference
-        if entry.name in models and reference is not None and reference != project.reference_file \
-                and reference not in staying and reference.is_file():
-            files.append(reference)
+        if entry.name in models and _own_reference(project, entry.reference, staying):
+            files.append(entry.reference)
     return files
+
+
+def _directory_entries(directory: Path) -> list[Path]:
+    """The files, links and empty directories under ``directory``, sorted."""
+    return sorted(p for p in directory.rglob("*") if p.is_file() or p.is_symlink() or not any(p.iterdir()))
+
+
+def _own_reference(project: Project, reference: Path | None, staying: set[Path | None]) -> bool:
+    """Whether ``reference`` goes with its model: a file no staying model shares, not the project's
+    reference.py."""
+    return (reference is not None and reference != project.reference_file and reference not in staying
+            and reference.is_file())
 
 
 # ---- what is the user's ------------------------------------------------------------------------------------
@@ -201,23 +215,35 @@ def _check_unedited(project: Project, record: Record, name: str, models: list[st
     yours = []
     for path in files:
         relative = _relative(project, path)
-        generated = record.files.get(relative)
-        if _LEFTOVERS in path.parts:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            yours.append(f"{relative}/ (an empty directory tbgen did not make)")
-        elif generated is None:
-            yours.append(f"{relative} (not generated by tbgen)")
-        elif path.is_symlink() or path.read_bytes() != generated.data:
-            yours.append(f"{relative} (edited)")
-    recorded = record.files.get(PROJECT_FILE)
-    recorded_text = recorded.data.decode() if recorded is not None else ""
-    for model in models:
-        if model_entries.entry_text(current, model) != model_entries.entry_text(recorded_text, model):
-            yours.append(f"the [[models]] entry of {model} in tbgen.toml (edited)")
+        named = _named_if_yours(path, relative, record.files.get(relative))
+        if named is not None:
+            yours.append(named)
+    yours += _edited_entries(record, models, current)
     if yours and not force:
         raise UsageError(f"`tbgen remove model {name}` would delete what is yours: {'; '.join(yours)}.",
                          "Keep what you need elsewhere, then run it again with --force, which removes these too.")
+
+
+def _named_if_yours(path: Path, relative: str, generated: GeneratedFile | None) -> str | None:
+    """``path`` (``relative`` to the root, recorded as ``generated``) named with why it counts as the user's;
+    None when it is as tbgen wrote it (or Python's leftovers, which are nobody's)."""
+    if _LEFTOVERS in path.parts:
+        return None
+    if path.is_dir() and not path.is_symlink():
+        return f"{relative}/ (an empty directory tbgen did not make)"
+    if generated is None:
+        return f"{relative} (not generated by tbgen)"
+    if path.is_symlink() or path.read_bytes() != generated.data:
+        return f"{relative} (edited)"
+    return None
+
+
+def _edited_entries(record: Record, models: list[str], current: str) -> list[str]:
+    """The [[models]] entries of ``models`` in tbgen.toml's ``current`` text that differ from the record's."""
+    recorded = record.files.get(PROJECT_FILE)
+    recorded_text = recorded.data.decode() if recorded is not None else ""
+    return [f"the [[models]] entry of {model} in tbgen.toml (edited)" for model in models
+            if model_entries.entry_text(current, model) != model_entries.entry_text(recorded_text, model)]
 
 
 # ---- the record ----------------------------------------------------------------------------------------------
@@ -226,13 +252,7 @@ def _check_unedited(project: Project, record: Record, name: str, models: list[st
 def _forget(record: Record, project: Project, name: str, models: list[str]) -> Record:
     """``record`` without ``models``: their files, their entries in the recorded tbgen.toml, and the addition of
     ``name``, so that the next rendering of the recipe does not create them again."""
-    repository = _relative(project, project.model_repository)
-    entries = _recorded_entries(record)
-    references = {str(entries[m]["reference"]) for m in models if m in entries and "reference" in entries[m]}
-
-    def gone(relative: str) -> bool:
-        return relative in references or any(relative.startswith(f"{repository}/{m}/") for m in models)
-
+    gone = _goes_with(record, project, models)
     files = {relative: file for relative, file in record.files.items() if not gone(relative)}
     recorded = record.files.get(PROJECT_FILE)
     if recorded is not None:
@@ -243,16 +263,29 @@ def _forget(record: Record, project: Project, name: str, models: list[str]) -> R
     return Record(recipe, files)
 
 
+def _goes_with(record: Record, project: Project, models: list[str]) -> Callable[[str], bool]:
+    """Whether a recorded file (its path relative to the root) goes with ``models``: one under their
+    directories, or the reference of one of them."""
+    repository = _relative(project, project.model_repository)
+    entries = _recorded_entries(record)
+    references = {str(entries[m]["reference"]) for m in models if m in entries and "reference" in entries[m]}
+
+    def gone(relative: str) -> bool:
+        return relative in references or any(relative.startswith(f"{repository}/{m}/") for m in models)
+
+    return gone
+
+
 def _recorded_entries(record: Record) -> dict[str, dict[str, Any]]:
     recorded = record.files.get(PROJECT_FILE)
     if recorded is None:
         return {}
-    return {str(m.get("name")): m for m in tomllib.loads(recorded.data.decode()).get("models", [])}
+    return {str(m.get("name")): m for m in model_tables(recorded.data.decode())}
 
 
 def _without(text: str, models: list[str], where: str) -> str:
     """tbgen.toml's ``text`` without the entries of ``models``, checked to list exactly the others."""
-    before = [str(m.get("name")) for m in tomllib.loads(text).get("models", [])]
+    before = [str(m.get("name")) for m in model_tables(text)]
     return model_entries.checked(model_entries.remove_entries(text, models),
                                  [m for m in before if m not in models], where)
 
@@ -263,32 +296,48 @@ def _without(text: str, models: list[str], where: str) -> str:
 def _commit(project: Project, models: list[str], files: list[Path], writes: list[tuple[Path, GeneratedFile]]) -> None:
     """Move the models' directories and references aside, write ``writes``, then delete what was moved; on any
     failure or signal, everything is put back as it was."""
-    directories = [project.model_repository / m for m in models if (project.model_repository / m).exists()]
-    moves = directories + [f for f in files if not any(d in f.parents for d in directories)]
+    moves = _paths_to_move(project, models, files)
+    written = [path for path, _ in writes]
     aside = Path(tempfile.mkdtemp(prefix=".tbgen-remove-", dir=project.root))
     done: list[tuple[Path, Path | bytes]] = []  # (a path, where it was moved or the bytes it had), in order
     with signals_recorded() as received:
         try:
-            for index, path in enumerate(moves):
-                path.rename(aside / str(index))
-                done.append((path, aside / str(index)))
-            for path, file in writes:
-                data = path.read_bytes()
-                replace_file(path, file)
-                done.append((path, data))
+            _move_aside(moves, aside, done)
+            _replace_files(writes, done)
         except OSError as err:
-            _put_back(done, [path for path, _ in writes], aside)
+            _put_back(done, written, aside)
             raise ScaffoldError(f"Cannot remove {err.filename or project.root}: {err.strerror or err}; the project "
                                 "is as it was.", "Fix the permissions, then run `tbgen remove model` again.") from err
         except BaseException:
-            _put_back(done, [path for path, _ in writes], aside)
+            _put_back(done, written, aside)
             raise
         if received:
-            _put_back(done, [path for path, _ in writes], aside)
+            _put_back(done, written, aside)
         else:
             shutil.rmtree(aside, ignore_errors=True)
             _remove_empty_parents(project, moves)
     raise_received(received)
+
+
+def _paths_to_move(project: Project, models: list[str], files: list[Path]) -> list[Path]:
+    """What ``_commit`` moves aside: the models' directories whole, and those of ``files`` outside them."""
+    directories = [project.model_repository / m for m in models if (project.model_repository / m).exists()]
+    return directories + [f for f in files if not any(d in f.parents for d in directories)]
+
+
+def _move_aside(moves: list[Path], aside: Path, done: list[tuple[Path, Path | bytes]]) -> None:
+    """Rename each of ``moves`` into ``aside``, noting each move in ``done``."""
+    for index, path in enumerate(moves):
+        path.rename(aside / str(index))
+        done.append((path, aside / str(index)))
+
+
+def _replace_files(writes: list[tuple[Path, GeneratedFile]], done: list[tuple[Path, Path | bytes]]) -> None:
+    """Replace each file of ``writes``, noting the bytes it had in ``done``."""
+    for path, file in writes:
+        data = path.read_bytes()
+        replace_file(path, file)
+        done.append((path, data))
 
 
 def _put_back(done: list[tuple[Path, Path | bytes]], written: list[Path], aside: Path) -> None:

@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cookiecutter.exceptions import CookiecutterException
-from cookiecutter.generate import generate_context, generate_files
-from cookiecutter.prompt import prompt_for_config
-
 from triton_backend_gen.errors import ScaffoldError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.scaffold.templates import Template
 from triton_backend_gen.signals import raise_received, signals_recorded
+
+cookiecutter_exceptions = lazy_module("cookiecutter.exceptions")
+cookiecutter_generate = lazy_module("cookiecutter.generate")
+cookiecutter_prompt = lazy_module("cookiecutter.prompt")
 
 
 def render_project(
@@ -39,36 +40,15 @@ def render_project(
     target = target.absolute()
     if target.name != answers["project_name"]:
         raise ScaffoldError(f"Target {target} does not match project_name {answers['project_name']!r}.")
-    created: list[Path] = []
-    try:
-        if target.exists() and not target.is_dir():
-            raise UsageError(f"{target} exists and is not a directory.", "Choose another project name or path.")
-        if _non_empty_dir(target) and not force:
-            raise UsageError(
-                f"{target} already exists and is not empty.",
-                "Pass --force to overwrite the files the template produces (your other files are kept), "
-                "or choose another name.",
-            )
-        created = _make_parents(target)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tbgen-", dir=target.parent))
-    except OSError as err:
-        _remove_empty(created)
-        raise _cannot_create(target, err) from err
+    created, staging = _prepare_target(target, force)
     moved = False
     try:
         rendered = _render_with_cookiecutter(template, answers, staging)
-        for relative, data in (files or {}).items():
-            (rendered / relative).parent.mkdir(parents=True, exist_ok=True)
-            (rendered / relative).write_bytes(data)
+        _write_files(rendered, files or {})
         if extend is not None:
             extend(rendered)
         with signals_recorded() as received:
-            if _non_empty_dir(target):
-                _merge_into(rendered, target)
-            else:
-                if target.exists():
-                    target.rmdir()  # empty, so nothing of the user's is lost
-                os.rename(rendered, target)
+            _move_into_place(rendered, target)
             moved = True
         raise_received(received)  # Ctrl-C while the project was moved into place: delivered once it is there
     except OSError as err:
@@ -78,6 +58,48 @@ def render_project(
         if not moved:
             _remove_empty(created)
     return target
+
+
+def _prepare_target(target: Path, force: bool) -> tuple[list[Path], Path]:
+    """Check that the project may be written at ``target``, then make the missing directories above it and a
+    staging directory beside it: (the directories made, the staging directory). Nothing stays on an error."""
+    created: list[Path] = []
+    try:
+        _check_target(target, force)
+        created = _make_parents(target)
+        return created, Path(tempfile.mkdtemp(prefix=f".{target.name}.tbgen-", dir=target.parent))
+    except OSError as err:
+        _remove_empty(created)
+        raise _cannot_create(target, err) from err
+
+
+def _check_target(target: Path, force: bool) -> None:
+    """UsageError when ``target`` is no directory, or (without ``force``) a directory with something in it."""
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} exists and is not a directory.", "Choose another project name or path.")
+    if _non_empty_dir(target) and not force:
+        raise UsageError(
+            f"{target} already exists and is not empty.",
+            "Pass --force to overwrite the files the template produces (your other files are kept), "
+            "or choose another name.",
+        )
+
+
+def _write_files(rendered: Path, files: Mapping[Path, bytes]) -> None:
+    """Write ``files`` (paths relative to the project) into the rendered project."""
+    for relative, data in files.items():
+        (rendered / relative).parent.mkdir(parents=True, exist_ok=True)
+        (rendered / relative).write_bytes(data)
+
+
+def _move_into_place(rendered: Path, target: Path) -> None:
+    """Merge the rendered project into ``target`` when it holds something, else rename it to ``target``."""
+    if _non_empty_dir(target):
+        _merge_into(rendered, target)
+        return
+    if target.exists():
+        target.rmdir()  # empty, so nothing of the user's is lost
+    os.rename(rendered, target)
 
 
 def _make_parents(target: Path) -> list[Path]:
@@ -129,14 +151,14 @@ def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], ou
     # answers are already validated.
 
     try:
-        context = generate_context(
+        context = cookiecutter_generate.generate_context(
             context_file=str(template.path / "cookiecutter.json"), extra_context=dict(answers)
         )
-        context["cookiecutter"] = prompt_for_config(context, no_input=True)
-        project_dir = generate_files(
+        context["cookiecutter"] = cookiecutter_prompt.prompt_for_config(context, no_input=True)
+        project_dir = cookiecutter_generate.generate_files(
             repo_dir=str(template.path), context=context, output_dir=str(output_dir), accept_hooks=True
         )
-    except CookiecutterException as err:
+    except cookiecutter_exceptions.CookiecutterException as err:
         raise ScaffoldError(f"Template {template.name} failed to render: {err}", "This is a bug in the template.") from err
     # pip byte-compiles an installed wheel's .py files, the templates' too: their bytecode is no project file.
     for cache in sorted(Path(project_dir).rglob("__pycache__"), reverse=True):

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen.errors import ScaffoldError, UsageError
-from triton_backend_gen.scaffold.record import RECORD_FILE, GeneratedFile, Record, pack, partial_of, replace_file
+from triton_backend_gen.scaffold.record import (
+    RECORD_FILE,
+    GeneratedFile,
+    Record,
+    pack,
+    partial_of,
+    replace_file,
+)
 from triton_backend_gen.signals import raise_received, signals_recorded
 
 REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
@@ -66,25 +73,52 @@ def plan_update(root: Path, base: Mapping[str, GeneratedFile], new: Mapping[str,
 
 def _plan_file(current: Path, path: str, base: GeneratedFile | None, new: GeneratedFile | None,
                labels: Labels) -> Change | None:
+    """What updating does to the file at ``current`` (``path`` relative to the root); None: nothing."""
     yours = current.read_bytes() if current.is_file() and not current.is_symlink() else None
     if new is None:
-        if yours is not None and base is not None and yours == base.data:
-            return Change(path, NO_LONGER_GENERATED, note="kept; delete it if nothing of yours uses it")
-        return None
+        return _plan_no_longer_generated(path, yours, base)
     if yours is None:
-        if current.exists() or current.is_symlink():
-            return Change(path, CONFLICT, note="a directory or link of yours is where tbgen writes a file")
-        if base is None:
-            return Change(path, ADDED, new)
-        if base.data != new.data:
-            return Change(path, DELETED_BY_YOU, note="tbgen changed it; it stays deleted")
-        return None
+        return _plan_missing(current, path, base, new)
+    return _plan_present(path, yours, base, new, labels)
+
+
+def _plan_no_longer_generated(path: str, yours: bytes | None, base: GeneratedFile | None) -> Change | None:
+    """A file tbgen generates no more: listed when it is there as tbgen generated it, else left alone."""
+    if yours is not None and base is not None and yours == base.data:
+        return Change(path, NO_LONGER_GENERATED, note="kept; delete it if nothing of yours uses it")
+    return None
+
+
+def _plan_missing(current: Path, path: str, base: GeneratedFile | None, new: GeneratedFile) -> Change | None:
+    """A file tbgen generates that the project lacks: added when it is new in the template; a deletion of
+    yours stays, listed when tbgen changed the file; a conflict when a directory or link of yours is in its
+    place."""
+    if current.exists() or current.is_symlink():
+        return Change(path, CONFLICT, note="a directory or link of yours is where tbgen writes a file")
+    if base is None:
+        return Change(path, ADDED, new)
+    if base.data != new.data:
+        return Change(path, DELETED_BY_YOU, note="tbgen changed it; it stays deleted")
+    return None
+
+
+def _plan_present(path: str, yours: bytes, base: GeneratedFile | None, new: GeneratedFile,
+                  labels: Labels) -> Change | None:
+    """A file the project has and tbgen generates: replaced when you never touched it, kept when tbgen did not
+    change it, else merged."""
     if yours == new.data:
         return None
     if base is not None and yours == base.data:
         return Change(path, REPLACED, new)
     if base is not None and base.data == new.data:
         return None  # your edit; tbgen has nothing new here
+    return _plan_merge(path, yours, base, new, labels)
+
+
+def _plan_merge(path: str, yours: bytes, base: GeneratedFile | None, new: GeneratedFile,
+                labels: Labels) -> Change:
+    """Your version and tbgen's new one, both changed: merged by git merge-file (an empty base for a file new
+    in the template), conflicts marked; a conflict, yours kept, for a file that is not text."""
     merged, conflicts = merge_text(yours, base.data if base is not None else b"", new.data, labels)
     if merged is None:
         return Change(path, CONFLICT, note="not text: yours is kept; compare it with tbgen's by hand")

@@ -42,7 +42,12 @@ from triton_backend_gen.smoke.clients import (
     output_arrays,
     server_statistics,
 )
-from triton_backend_gen.smoke.compare import assert_outputs_match, config_differences, is_exact_dtype, output_mismatches
+from triton_backend_gen.smoke.compare import (
+    assert_outputs_match,
+    config_differences,
+    is_exact_dtype,
+    output_mismatches,
+)
 from triton_backend_gen.smoke.fuzz import (
     GRPC_POOL_FACTOR,
     FuzzReport,

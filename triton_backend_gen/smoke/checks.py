@@ -9,11 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
-
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.clients import (
     REQUEST_TIMEOUT_S,
     Endpoints,
@@ -38,6 +34,11 @@ from triton_backend_gen.smoke.model import (
 )
 from triton_backend_gen.smoke.run import SmokeCheck
 from triton_backend_gen.smoke.sequences import plan_sequence_checks
+
+json_format = lazy_module("google.protobuf.json_format")
+np = lazy_module("numpy")
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
+tritonutils = lazy_module("tritonclient.utils")
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -151,7 +152,7 @@ def _array_problems(label: str, array: np.ndarray, tensor: TensorSpec, batch: in
     """How ``array`` disagrees with the dtype and dims (after ``batch``, when batched) of ``tensor``."""
     problems = []
     sent_as_float32 = tensor.datatype == "BF16" and array.dtype == np.float32
-    if np_to_triton_dtype(array.dtype) != tensor.datatype and not sent_as_float32:
+    if tritonutils.np_to_triton_dtype(array.dtype) != tensor.datatype and not sent_as_float32:
         problems.append(f"{label}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
     dims = ((batch,) if batch is not None else ()) + tensor.dims
     if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
@@ -255,15 +256,23 @@ def _check_concurrent(spec: ModelSpec, reference: ModuleType, protocol: str, end
 # ---- Checks: decoupled models over gRPC streaming -------------------------------------------------------
 
 
-def _assert_stream_matches(spec: ModelSpec, reference: ModuleType, results: list, inputs: dict, context: str) -> None:
-    """The results of one request equal reference.responses(), in order, and the last one is flagged final."""
-    expected = reference.responses(inputs)
+def _assert_final_flag_last(results: list, context: str) -> None:
+    """The last of one request's results, and only the last, is flagged final."""
     if not results or not is_final(results[-1]):
         raise AssertionError(f"{context}: the stream ended without a response flagged final")
-    data = [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
     early_final = [i for i, r in enumerate(results[:-1]) if is_final(r)]
     if early_final:
         raise AssertionError(f"{context}: response {early_final[0]} is flagged final before the stream ended")
+
+
+def _assert_stream_matches(spec: ModelSpec, reference: ModuleType, results: list, inputs: dict,
+                           context: str) -> None:
+    """The results of one request equal reference.responses(), in order, and the last one is flagged final."""
+    expected = reference.responses(inputs)
+    _assert_final_flag_last(results, context)
+    # A final flag may come on an empty response of its own (TRITONSERVER_RESPONSE_COMPLETE_FINAL sent without
+    # a response): only the responses carrying outputs are compared.
+    data = [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
     if len(data) != len(expected):
         raise AssertionError(f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}")
     for index, (result, want) in enumerate(zip(data, expected)):
@@ -340,12 +349,19 @@ def _wrong_dtype(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float32 if array.dtype == np.float64 else np.float64)
 
 
+def _inputs_to_spoil(spec: ModelSpec, valid: dict[str, np.ndarray]) -> tuple[str, str | None]:
+    """(the first input a valid request carries, the first required one it carries or None): the inputs that
+    bad_requests spoils."""
+    first = next(iter(t.name for t in spec.inputs if t.name in valid))
+    required = next((t.name for t in spec.inputs if not t.optional and t.name in valid), None)
+    return first, required
+
+
 def bad_requests(spec: ModelSpec, reference: ModuleType) -> dict[str, dict[str, np.ndarray]]:
     """The malformed variants of a valid request that every model must refuse, by name."""
     batch = spec.batch_sizes[0]
     valid = {name: np.asarray(array) for name, array in reference.make_inputs(batch, seed=0).items()}
-    first = next(iter(t.name for t in spec.inputs if t.name in valid))
-    required = next((t.name for t in spec.inputs if not t.optional and t.name in valid), None)
+    first, required = _inputs_to_spoil(spec, valid)
     bad = {
         "wrong dtype": {**valid, first: _wrong_dtype(valid[first])},
         "wrong shape": {**valid, first: np.stack([valid[first]] * 2, axis=-1)},
@@ -372,7 +388,7 @@ def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str
         with open_client(protocol, endpoints) as client:
             try:
                 infer(protocol, client, spec, inputs)
-            except InferenceServerException as err:
+            except tritonutils.InferenceServerException as err:
                 message = error_text(err)
             else:
                 raise AssertionError(f"a request with {what} was answered instead of refused")
@@ -386,7 +402,7 @@ def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, proto
     with open_client(protocol, endpoints) as client:
         try:
             infer(protocol, client, spec, reference.make_inputs(spec.batch_sizes[0], seed=0))
-        except InferenceServerException as err:
+        except tritonutils.InferenceServerException as err:
             message = error_text(err)
         else:
             raise AssertionError("a decoupled model answered a non-streaming request")
@@ -415,6 +431,9 @@ def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Pa
 
 
 def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> list[SmokeCheck]:
+    """The checks of one model: reference.py against config.pbtxt, metadata and config over both protocols,
+    then (when the reference fits the model) its requests: streams or unary infers, sequences, bad
+    requests."""
     if leaves_tensors_to_backend(config) and not spec.auto_completed:
         message = (f"config.pbtxt of {spec.name} declares no tensors (the backend auto-completes them), and the "
                    "suite was planned without the served config: plan it with served=served_configs(...)")
@@ -427,33 +446,46 @@ def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> 
         plan.append(SmokeCheck("config", protocol, partial(_check_config, spec, config, protocol)))
     if mismatch:
         return plan  # requests made from another model's reference would test nothing
-    if spec.decoupled:
-        plan += [
-            SmokeCheck("stream", "grpc", partial(_check_stream, spec, reference)),
-            SmokeCheck("several requests on one stream", "grpc", partial(_check_stream_many_requests, spec, reference)),
-            SmokeCheck("concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference)),
-            SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
-        ]
-        for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
-            plan.append(SmokeCheck(f"refuses {what} (decoupled)", protocol,
-                                   partial(_check_decoupled_refuses_unary, spec, reference, protocol)))
-        if spec.sequence is not None:
-            plan += plan_sequence_checks(spec, reference)
-        bad_protocols = ("grpc",)
-    else:
-        for protocol in ("http", "grpc"):
-            plan.append(SmokeCheck("infer", protocol, partial(_check_infer, spec, reference, protocol,
-                                                               [spec.batch_sizes[0]])))
-            if len(spec.batch_sizes) > 1:
-                plan.append(SmokeCheck(f"batch sizes 1..{spec.max_batch_size}", protocol,
-                                       partial(_check_infer, spec, reference, protocol, spec.batch_sizes)))
-            name = "concurrent requests" + (" (dynamic batching)" if spec.dynamic_batching else "")
-            plan.append(SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol)))
-        if spec.sequence is not None:
-            plan += plan_sequence_checks(spec, reference)
-        bad_protocols = ("http", "grpc")
-    for what, inputs in bad_requests(spec, reference).items():
-        for protocol in bad_protocols:
-            plan.append(SmokeCheck(f"bad request: {what}", protocol,
-                                   partial(_check_bad_request, spec, inputs, what, protocol)))
+    plan += _plan_stream_checks(spec, reference) if spec.decoupled else _plan_infer_checks(spec, reference)
+    if spec.sequence is not None:
+        plan += plan_sequence_checks(spec, reference)
+    # A decoupled model answers only over a gRPC stream (it refuses HTTP and unary gRPC, checked above).
+    return plan + _plan_bad_requests(spec, reference, ("grpc",) if spec.decoupled else ("http", "grpc"))
+
+
+def _plan_stream_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCheck]:
+    """The checks of a decoupled model: its gRPC streams, and its refusal of non-streaming requests."""
+    plan = [
+        SmokeCheck("stream", "grpc", partial(_check_stream, spec, reference)),
+        SmokeCheck("several requests on one stream", "grpc",
+                   partial(_check_stream_many_requests, spec, reference)),
+        SmokeCheck("concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference)),
+        SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
+    ]
+    for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
+        plan.append(SmokeCheck(f"refuses {what} (decoupled)", protocol,
+                               partial(_check_decoupled_refuses_unary, spec, reference, protocol)))
     return plan
+
+
+def _plan_infer_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCheck]:
+    """The infer checks of a model that answers each request once, over each protocol: one request, every
+    batch size when it batches, concurrent requests."""
+    plan = []
+    for protocol in ("http", "grpc"):
+        plan.append(SmokeCheck("infer", protocol, partial(_check_infer, spec, reference, protocol,
+                                                           [spec.batch_sizes[0]])))
+        if len(spec.batch_sizes) > 1:
+            plan.append(SmokeCheck(f"batch sizes 1..{spec.max_batch_size}", protocol,
+                                   partial(_check_infer, spec, reference, protocol, spec.batch_sizes)))
+        name = "concurrent requests" + (" (dynamic batching)" if spec.dynamic_batching else "")
+        plan.append(SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol)))
+    return plan
+
+
+def _plan_bad_requests(spec: ModelSpec, reference: ModuleType,
+                       protocols: tuple[str, ...]) -> list[SmokeCheck]:
+    """A check of each bad request (bad_requests) over each of ``protocols``."""
+    return [SmokeCheck(f"bad request: {what}", protocol,
+                       partial(_check_bad_request, spec, inputs, what, protocol))
+            for what, inputs in bad_requests(spec, reference).items() for protocol in protocols]

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Self
 
-import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
-
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.model import ModelSpec
+
+np = lazy_module("numpy")
+grpcclient = lazy_module("tritonclient.grpc")
+httpclient = lazy_module("tritonclient.http")
+tritonutils = lazy_module("tritonclient.utils")
 
 REQUEST_TIMEOUT_S = 30.0  # one request or one stream of the smoke suite
 
@@ -62,7 +63,7 @@ def wire_datatype(name: str, array: np.ndarray, datatypes: Mapping[str, str]) ->
     has no bfloat16: BF16 values travel as float32 arrays). A mismatch is sent as it is, for the server to judge."""
     if datatypes.get(name) == "BF16" and array.dtype == np.float32:
         return "BF16"
-    return np_to_triton_dtype(array.dtype)
+    return tritonutils.np_to_triton_dtype(array.dtype)
 
 
 def infer_inputs(protocol: str, inputs: dict[str, np.ndarray], datatypes: Mapping[str, str]) -> list:
@@ -91,7 +92,7 @@ def output_array(result: Any, name: str) -> np.ndarray | None:
         return array
     output = result.get_output(name)
     datatype = output["datatype"] if isinstance(output, dict) else output.datatype
-    return array.astype(triton_to_np_dtype(datatype))
+    return array.astype(tritonutils.triton_to_np_dtype(datatype))
 
 
 def output_arrays(result: Any, names: Iterable[str]) -> dict[str, np.ndarray | None]:
@@ -286,18 +287,24 @@ def model_counts(client: Any, model: str, protocol: str) -> tuple[int, int]:
     )
 
 
+def _statistics_row(entry: dict) -> list[float]:
+    """One version's statistics (an entry of model_stats): [successes, failures, executions, inferences,
+    queue ns, compute ns (input + infer + output)]."""
+    stats = entry.get("inference_stats", {})
+    ns = {key: float(stats.get(key, {}).get("ns", 0)) for key in ("queue", "compute_input", "compute_infer",
+                                                                  "compute_output")}
+    return [int(stats.get("success", {}).get("count", 0)), int(stats.get("fail", {}).get("count", 0)),
+            int(entry.get("execution_count", 0)), int(entry.get("inference_count", 0)), ns["queue"],
+            ns["compute_input"] + ns["compute_infer"] + ns["compute_output"]]
+
+
 def server_statistics(endpoints: Endpoints, models: list[str]) -> list[ModelStatistics]:
     """The server's statistics of ``models`` (those it has none of are left out)."""
     with open_client("http", endpoints) as client:
         stats = client.get_inference_statistics().get("model_stats", [])
     totals: dict[str, list[float]] = {}
     for entry in stats:
-        s = entry.get("inference_stats", {})
-        ns = lambda key: float(s.get(key, {}).get("ns", 0))  # noqa: E731
-        count = lambda key: int(s.get(key, {}).get("count", 0))  # noqa: E731
-        row = [count("success"), count("fail"), int(entry.get("execution_count", 0)),
-               int(entry.get("inference_count", 0)), ns("queue"),
-               ns("compute_input") + ns("compute_infer") + ns("compute_output")]
+        row = _statistics_row(entry)
         totals[entry["name"]] = [a + b for a, b in zip(totals.get(entry["name"], [0] * 6), row, strict=True)]
     result = []
     for name in models:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-from google.protobuf.descriptor import FieldDescriptor
+from triton_backend_gen.lazy import lazy_module
+
+np = lazy_module("numpy")
+protobuf_descriptor = lazy_module("google.protobuf.descriptor")
 
 # ---- Outputs --------------------------------------------------------------------------------------------
 
@@ -27,36 +29,42 @@ def output_mismatches(
 
     Integers, booleans and bytes must be equal; floats must satisfy ``numpy.isclose`` with
     ``tolerance`` (``rtol``, ``atol``), NaN equal to NaN."""
-    problems = []
-    for name, want in expected.items():
-        want = np.asarray(want)
-        have = got.get(name)
-        if have is None:
-            problems.append(f"{name}: missing from the response")
-            continue
-        if have.dtype != want.dtype and not (have.dtype.kind in "OSU" and want.dtype.kind in "OSU"):
-            problems.append(f"{name}: dtype {have.dtype}, expected {want.dtype}")
-            continue
-        if have.shape != want.shape:
-            rows_differ = have.ndim == want.ndim > 1 and have.shape[0] == want.shape[0]
-            rule = _ROW_WIDTH_RULE if rows_differ else ""
-            problems.append(f"{name}: shape {list(have.shape)}, expected {list(want.shape)}{rule}")
-            continue
-        if is_exact_dtype(want.dtype):
-            bad = have != want
-            how = "exactly"
-        else:
-            rtol, atol = float(tolerance.get("rtol", 0.0)), float(tolerance.get("atol", 0.0))
-            bad = ~np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=True)
-            how = f"within rtol={rtol:g}, atol={atol:g}"
-        bad = np.asarray(bad)
-        if bad.any():
-            first = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
-            problems.append(
-                f"{name}: {int(bad.sum())} of {bad.size} elements differ {how}; first at {list(first)}: "
-                f"got {have[first]!r}, expected {want[first]!r}"
-            )
-    return problems
+    problems = [_output_mismatch(name, got.get(name), np.asarray(want), tolerance)
+                for name, want in expected.items()]
+    return [problem for problem in problems if problem is not None]
+
+
+def _output_mismatch(name: str, have: np.ndarray | None, want: np.ndarray,
+                     tolerance: dict[str, float]) -> str | None:
+    """Why one output differs from reference.py's, or None: its presence, dtype, shape, then values."""
+    if have is None:
+        return f"{name}: missing from the response"
+    # Bytes come back as numpy objects whatever reference.py made them (object, bytes or str arrays).
+    if have.dtype != want.dtype and not (have.dtype.kind in "OSU" and want.dtype.kind in "OSU"):
+        return f"{name}: dtype {have.dtype}, expected {want.dtype}"
+    if have.shape != want.shape:
+        rows_differ = have.ndim == want.ndim > 1 and have.shape[0] == want.shape[0]
+        rule = _ROW_WIDTH_RULE if rows_differ else ""
+        return f"{name}: shape {list(have.shape)}, expected {list(want.shape)}{rule}"
+    return _value_mismatch(name, have, want, tolerance)
+
+
+def _value_mismatch(name: str, have: np.ndarray, want: np.ndarray, tolerance: dict[str, float]) -> str | None:
+    """How the elements of two arrays of one shape differ (exactly, or within ``tolerance`` for floats), or
+    None."""
+    if is_exact_dtype(want.dtype):
+        bad = have != want
+        how = "exactly"
+    else:
+        rtol, atol = float(tolerance.get("rtol", 0.0)), float(tolerance.get("atol", 0.0))
+        bad = ~np.isclose(have, want, rtol=rtol, atol=atol, equal_nan=True)
+        how = f"within rtol={rtol:g}, atol={atol:g}"
+    bad = np.asarray(bad)
+    if not bad.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+    return (f"{name}: {int(bad.sum())} of {bad.size} elements differ {how}; first at {list(first)}: "
+            f"got {have[first]!r}, expected {want[first]!r}")
 
 
 def assert_outputs_match(
@@ -82,24 +90,27 @@ def config_differences(local: Any, served: Any, path: str = "") -> list[str]:
     return problems
 
 
-def _field_differences(descriptor: FieldDescriptor, value: Any, served: Any, where: str) -> list[str]:
+def _field_differences(descriptor: protobuf_descriptor.FieldDescriptor, value: Any, served: Any, where: str) -> list[str]:
     """How one field set in config.pbtxt differs from ``served``, by the field's kind."""
     other = getattr(served, descriptor.name)
-    is_message = descriptor.type == FieldDescriptor.TYPE_MESSAGE
-    is_repeated = descriptor.label == FieldDescriptor.LABEL_REPEATED
+    is_message = descriptor.type == protobuf_descriptor.FieldDescriptor.TYPE_MESSAGE
+    is_repeated = descriptor.label == protobuf_descriptor.FieldDescriptor.LABEL_REPEATED
     if is_repeated and is_message and descriptor.message_type.GetOptions().map_entry:
         return _map_differences(value, other, where)
     if is_repeated and is_message:
         return _repeated_message_differences(value, other, where)
     if is_message:
-        if not served.HasField(descriptor.name):
-            return [f"{where}: set in config.pbtxt, missing as served"]
-        return config_differences(value, other, where)
+        return _message_differences(value, served, descriptor.name, where)
     if is_repeated:
-        if list(value) != list(other):
-            return [f"{where}: {list(value)} in config.pbtxt, {list(other)} as served"]
-        return []
+        value, other = list(value), list(other)
     return [f"{where}: {value!r} in config.pbtxt, {other!r} as served"] if value != other else []
+
+
+def _message_differences(value: Any, served: Any, name: str, where: str) -> list[str]:
+    """A singular message field: missing as served, or its own fields' differences."""
+    if not served.HasField(name):
+        return [f"{where}: set in config.pbtxt, missing as served"]
+    return config_differences(value, getattr(served, name), where)
 
 
 def _map_differences(value: Any, other: Any, where: str) -> list[str]:

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from triton_backend_gen.smoke.clients import Endpoints, error_text
@@ -107,17 +108,18 @@ def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | N
     if not specs:
         return []
     rng = random.Random(seed)
-    cases = []
-    for index in range(count):
-        spec, reference = specs[index % len(specs)]
-        kinds = [k for k in FUZZ_KINDS if _kind_applies(k, spec)]
-        kind = rng.choices(kinds, weights=[FUZZ_KINDS[k][0] for k in kinds])[0]
-        protocols = FUZZ_KINDS[kind][1]
-        # HTTP refuses every inference request to a decoupled model up front: send it a quarter only.
-        weights = [1 if spec.decoupled and p == "http" else 3 for p in protocols]
-        protocol = rng.choices(protocols, weights=weights)[0]
-        cases.append(FuzzCase(index, kind, protocol, rng.randrange(2**31), seed, spec, reference))
-    return cases
+    return [_plan_case(index, *specs[index % len(specs)], rng, seed) for index in range(count)]
+
+
+def _plan_case(index: int, spec: ModelSpec, reference: ModuleType, rng: random.Random, seed: int) -> FuzzCase:
+    """Case ``index``, for one model: a kind that applies to it and a protocol, drawn by weight; its seed."""
+    kinds = [k for k in FUZZ_KINDS if _kind_applies(k, spec)]
+    kind = rng.choices(kinds, weights=[FUZZ_KINDS[k][0] for k in kinds])[0]
+    protocols = FUZZ_KINDS[kind][1]
+    # HTTP refuses every inference request to a decoupled model up front: send it a quarter only.
+    weights = [1 if spec.decoupled and p == "http" else 3 for p in protocols]
+    protocol = rng.choices(protocols, weights=weights)[0]
+    return FuzzCase(index, kind, protocol, rng.randrange(2**31), seed, spec, reference)
 
 
 def _kind_applies(kind: str, spec: ModelSpec) -> bool:

@@ -15,16 +15,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
-import grpc
-import numpy as np
-from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import (
-    deserialize_bf16_tensor,
-    deserialize_bytes_tensor,
-    serialize_byte_tensor,
-    triton_to_np_dtype,
-)
-
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.checks import UNKNOWN_INPUT
 from triton_backend_gen.smoke.clients import (
     Endpoints,
@@ -35,6 +26,12 @@ from triton_backend_gen.smoke.clients import (
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match
 from triton_backend_gen.smoke.model import ModelSpec
+
+grpc = lazy_module("grpc")
+np = lazy_module("numpy")
+service_pb2 = lazy_module("tritonclient.grpc.service_pb2")
+service_pb2_grpc = lazy_module("tritonclient.grpc.service_pb2_grpc")
+tritonutils = lazy_module("tritonclient.utils")
 
 FUZZ_TIMEOUT_S = 20.0  # the longest a case may wait for its answer
 # Payload sizes of the "huge tensor" cases. The 2.51 server's gRPC frontend keeps the buffers of the
@@ -135,7 +132,7 @@ def _wire_from_arrays(inputs: dict[str, np.ndarray], spec: ModelSpec) -> list[_W
         array = np.asarray(array)
         datatype = wire_datatype(name, array, spec.input_datatypes)
         if datatype == "BYTES":  # tritonclient gives the length-prefixed bytes as a 0-d object array
-            payload = serialize_byte_tensor(array).item() if array.size else b""
+            payload = tritonutils.serialize_byte_tensor(array).item() if array.size else b""
         elif datatype == "BF16":
             payload = bfloat16_bytes(array)
         else:
@@ -467,13 +464,13 @@ def _answers(protocol: str, endpoints: Endpoints, spec: ModelSpec, wires: list[_
         status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence))
         if status != 200:
             raise _Refused(f"http {status}", f"HTTP {status} {body[:200]!r}")
-        return [_decode_http_outputs(body, headers, triton_to_np_dtype)]
+        return [_decode_http_outputs(body, headers, tritonutils.triton_to_np_dtype)]
     request = _grpc_request(spec.name, spec, wires, request_id, sequence)
     if spec.decoupled:
         outcome, responses = _grpc_stream_once(endpoints, request)
         if outcome != "ok":
             raise _Refused(outcome)
-        return [_decode_grpc_outputs(r, triton_to_np_dtype) for r in responses if r.outputs]
+        return [_decode_grpc_outputs(r, tritonutils.triton_to_np_dtype) for r in responses if r.outputs]
     channel, stub = _grpc_stub(endpoints)
     try:
         response = stub.ModelInfer(request, timeout=FUZZ_TIMEOUT_S)
@@ -481,7 +478,7 @@ def _answers(protocol: str, endpoints: Endpoints, spec: ModelSpec, wires: list[_
         raise _Refused(_grpc_outcome(err)) from None
     finally:
         channel.close()
-    return [_decode_grpc_outputs(response, triton_to_np_dtype)]
+    return [_decode_grpc_outputs(response, tritonutils.triton_to_np_dtype)]
 
 
 # -- the kinds that need more than tensors
@@ -513,9 +510,9 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
 def _decode(datatype: str, shape: list[int], raw: bytes, to_np) -> np.ndarray:
     """One output's raw bytes as the array tritonclient would give (BF16 as float32)."""
     if datatype == "BYTES":
-        return deserialize_bytes_tensor(raw).reshape(shape)
+        return tritonutils.deserialize_bytes_tensor(raw).reshape(shape)
     if datatype == "BF16":
-        return deserialize_bf16_tensor(raw).reshape(shape)
+        return tritonutils.deserialize_bf16_tensor(raw).reshape(shape)
     return np.frombuffer(raw, dtype=to_np(datatype)).reshape(shape)
 
 
@@ -550,6 +547,8 @@ def _fuzz_cancel(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> st
         connection = http.client.HTTPConnection(*_split(endpoints.http_url), timeout=FUZZ_TIMEOUT_S)
         try:
             connection.request("POST", _infer_path(spec.name), body=body, headers=headers)
+            # A random delay on purpose (nothing to poll): the socket closes before, while or after the server
+            # reads the request, so the cancellation lands at a different point of its handling each time.
             time.sleep(rng.choice([0, 0, 0.001, 0.005]))
         finally:
             connection.close()

@@ -8,7 +8,13 @@ import time
 import urllib.request
 from collections import defaultdict
 
-from triton_backend_gen.smoke.clients import REQUEST_TIMEOUT_S, Endpoints, error_text, model_counts, open_client
+from triton_backend_gen.smoke.clients import (
+    REQUEST_TIMEOUT_S,
+    Endpoints,
+    error_text,
+    model_counts,
+    open_client,
+)
 from triton_backend_gen.smoke.run import SmokeResult
 
 # The families tbgen's templates publish with --set custom_metrics=yes, and what each must show.
@@ -54,31 +60,66 @@ def check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, fam
             time.sleep(0.2)
 
 
-def _check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...]) -> str:
+def _scrape_or_fail(metrics_url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The endpoint's samples (``scrape``); an endpoint that does not answer fails the check."""
     try:
-        samples = scrape(metrics_url)
+        return scrape(metrics_url)
     except OSError as err:
         raise AssertionError(
             f"the metrics endpoint http://{metrics_url}/metrics did not answer: {error_text(err)}") from None
-    details, problems = [], []
+
+
+def _missing_families(samples: dict, model: str, families: tuple[str, ...]) -> list[str]:
+    """A problem for each family with no sample labelled ``model`` (a counter or gauge by its name, a
+    histogram or summary by its _count, _sum or _bucket series)."""
+    problems = []
     for family in families:
         names = [family] + [f"{family}{suffix}" for suffix in ("_count", "_sum", "_bucket")]
         if not any(_value(samples, name, model) is not None for name in names):
             problems.append(f"no {family} sample labelled model=\"{model}\"")
+    return problems
+
+
+def _check_latency_counter(samples: dict, model: str, inferences: int,
+                           executions: int) -> tuple[str | None, str]:
+    """(problem or None, detail) of the latency counter: above zero once the model ran requests."""
+    latency = _value(samples, LATENCY_COUNTER, model) or 0.0
+    problem = f"{LATENCY_COUNTER} is {latency:g} after {inferences} requests" if latency <= 0 else None
+    return problem, f"{LATENCY_COUNTER} {latency / 1e6:.1f} ms over {inferences} requests"
+
+
+def _check_batch_histogram(samples: dict, model: str, inferences: int,
+                           executions: int) -> tuple[str | None, str]:
+    """(problem or None, detail) of the batch-size histogram: one observation per execution, summing to the
+    requests the model ran, as the server's statistics count them."""
+    count = _value(samples, f"{BATCH_HISTOGRAM}_count", model)
+    total = _value(samples, f"{BATCH_HISTOGRAM}_sum", model)
+    problem = None
+    if count != executions or total != inferences:
+        problem = (f"{BATCH_HISTOGRAM} counts {count:g} executions of {total:g} requests; the server's "
+                   f"statistics say {executions} executions of {inferences} requests")
+    return problem, (f"{BATCH_HISTOGRAM}: {executions} executions of {inferences} requests, "
+                     "as the statistics say")
+
+
+# The templates' own families, each with the check of the values a run implies; checked in this order, each
+# only while no problem has been found.
+_VALUE_CHECKS = ((LATENCY_COUNTER, _check_latency_counter), (BATCH_HISTOGRAM, _check_batch_histogram))
+
+
+def _check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str,
+                          families: tuple[str, ...]) -> str:
+    """One reading of ``check_custom_metrics``: its detail line, or AssertionError naming every problem."""
+    samples = _scrape_or_fail(metrics_url)
+    problems = _missing_families(samples, model, families)
     with open_client("grpc", endpoints) as client:
         inferences, executions = model_counts(client, model, "grpc")
-    if LATENCY_COUNTER in families and not problems:
-        latency = _value(samples, LATENCY_COUNTER, model) or 0.0
-        if latency <= 0:
-            problems.append(f"{LATENCY_COUNTER} is {latency:g} after {inferences} requests")
-        details.append(f"{LATENCY_COUNTER} {latency / 1e6:.1f} ms over {inferences} requests")
-    if BATCH_HISTOGRAM in families and not problems:
-        count = _value(samples, f"{BATCH_HISTOGRAM}_count", model)
-        total = _value(samples, f"{BATCH_HISTOGRAM}_sum", model)
-        if count != executions or total != inferences:
-            problems.append(f"{BATCH_HISTOGRAM} counts {count:g} executions of {total:g} requests; the server's "
-                            f"statistics say {executions} executions of {inferences} requests")
-        details.append(f"{BATCH_HISTOGRAM}: {executions} executions of {inferences} requests, as the statistics say")
+    details = []
+    for family, check in _VALUE_CHECKS:
+        if family in families and not problems:
+            problem, detail = check(samples, model, inferences, executions)
+            problems += [problem] if problem else []
+            details.append(detail)
     others = [f for f in families if f not in (LATENCY_COUNTER, BATCH_HISTOGRAM)]
     if others and not problems:
         details.append(f"{', '.join(others)} published")

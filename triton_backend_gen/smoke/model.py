@@ -12,10 +12,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from tritonclient.grpc import model_config_pb2
-
 from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config import load_model_config
+
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig

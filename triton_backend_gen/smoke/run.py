@@ -41,27 +41,35 @@ def run_smoke(
     results = []
     broken_after: str | None = None
     for check in plan:
-        if on_start is not None and broken_after is None:
-            on_start(check)
         if broken_after is not None:
             result = SmokeResult(check.name, check.protocol, False,
                                  f"not run: the server stopped being healthy during '{broken_after}'", 0.0)
         else:
-            start = time.monotonic()
-            try:
-                passed, detail = True, check.run(endpoints)
-            except AssertionError as err:
-                passed, detail = False, str(err) or "assertion failed"
-            except Exception as err:  # noqa: BLE001 - a check that breaks is a failed check, with its reason
-                passed, detail = False, f"{type(err).__name__}: {error_text(err)}"
-            if is_healthy is not None and not is_healthy():
-                broken_after = check.name
-                passed, detail = False, f"the server is not healthy after this check ({detail})"
-            result = SmokeResult(check.name, check.protocol, passed, detail, time.monotonic() - start)
+            if on_start is not None:
+                on_start(check)
+            result, healthy = _run_check(check, endpoints, is_healthy)
+            broken_after = None if healthy else check.name
         results.append(result)
         if progress is not None:
             progress(result)
     return results
+
+
+def _run_check(check: SmokeCheck, endpoints: Endpoints,
+               is_healthy: Callable[[], bool] | None) -> tuple[SmokeResult, bool]:
+    """(result, whether the server is healthy afterwards) of one check, timed: an exception is a failure with
+    its reason, and so is a server found unhealthy afterwards (whatever the check said)."""
+    start = time.monotonic()
+    try:
+        passed, detail = True, check.run(endpoints)
+    except AssertionError as err:
+        passed, detail = False, str(err) or "assertion failed"
+    except Exception as err:  # noqa: BLE001 - a check that breaks is a failed check, with its reason
+        passed, detail = False, f"{type(err).__name__}: {error_text(err)}"
+    healthy = is_healthy is None or is_healthy()
+    if not healthy:
+        passed, detail = False, f"the server is not healthy after this check ({detail})"
+    return SmokeResult(check.name, check.protocol, passed, detail, time.monotonic() - start), healthy
 
 
 def write_junit_xml(results: list[SmokeResult], path: Path, suite: str) -> None:

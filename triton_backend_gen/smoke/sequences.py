@@ -10,9 +10,9 @@ import threading
 import time
 from functools import partial
 from types import ModuleType
+from typing import Self
 
-from tritonclient.utils import InferenceServerException
-
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.clients import (
     Endpoints,
     SequenceFlags,
@@ -26,6 +26,8 @@ from triton_backend_gen.smoke.clients import (
 from triton_backend_gen.smoke.compare import assert_outputs_match
 from triton_backend_gen.smoke.model import ModelSpec
 from triton_backend_gen.smoke.run import SmokeCheck
+
+tritonutils = lazy_module("tritonclient.utils")
 
 INTERLEAVED_SEQUENCES = 8  # the generated sequence models take at least this many at once
 # The idle-timeout check waits out the model's timeout; longer timeouts are not waited for.
@@ -47,7 +49,7 @@ class _Connection:
         self._stack = contextlib.ExitStack()
         self._requests = itertools.count()
 
-    def __enter__(self) -> _Connection:
+    def __enter__(self) -> Self:
         if self.spec.decoupled:
             self._stream = self._stack.enter_context(Stream(self.endpoints))
         else:
@@ -61,7 +63,7 @@ class _Connection:
         if not self.spec.decoupled:
             try:
                 return infer(self.protocol, self._client, self.spec, inputs, flags)
-            except InferenceServerException as err:
+            except tritonutils.InferenceServerException as err:
                 raise _Refused(error_text(err)) from None
         try:
             responses = self._stream.infer(self.spec, inputs, f"s{next(self._requests)}", flags)
@@ -94,6 +96,8 @@ def _run_sequence(connection: _Connection, reference: ModuleType, steps: list[di
             raise AssertionError(f"{label}sequence {sequence_id!r}, request {index}: refused: {err}") from None
         assert_outputs_match(got, want, reference.TOLERANCE, f"{label}sequence {sequence_id!r}, request {index}")
         if pause and rng is not None:
+            # A random pause on purpose (no condition to poll): it shuffles how concurrent clients' requests
+            # interleave, so that sequences start and end inside each other's batches.
             time.sleep(rng.uniform(0, pause))
 
 
@@ -174,6 +178,8 @@ def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpo
     steps = _steps(spec, reference, 3, seed=90)
     with _Connection(spec, "grpc", endpoints) as connection:
         _run_sequence(connection, reference, steps[:2], sequence_id, end=False, label="before idling: ")
+        # The wait is the behaviour under test: the sequence batcher ends a sequence idle for longer than
+        # max_sequence_idle_microseconds, and only the refusal of its next request tells a client it did.
         time.sleep(idle + IDLE_MARGIN_S)
         _assert_refused(connection, steps[2], SequenceFlags(sequence_id),
                         f"a request {idle + IDLE_MARGIN_S:g} s after its sequence's last one (past the idle timeout)")

@@ -7,8 +7,8 @@
 
 Triton's sources come from tbgen's source cache when it holds the project's release (an offline build),
 else CMake's FetchContent clones them. A build whose cache is valid is not configured again, so a second
-build with nothing changed does no work. Checking the built library against a server is the command's
-job (commands.build), which combines this stage with toolchain.symbols.
+build with nothing changed does no work. Checking the built library against a server is
+toolchain.ensure_built's, which combines this stage with toolchain.symbols.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen import versions
-from triton_backend_gen.engine import default_image
+from triton_backend_gen.docker_engine import default_image
 from triton_backend_gen.errors import BuildError, UsageError
+from triton_backend_gen.findings import Finding
 from triton_backend_gen.project import BackendKind, NativeSpec, Project
 from triton_backend_gen.toolchain.cmake import CMakeRun, cmake_build, repo_tag_defines
 from triton_backend_gen.toolchain.container_build import build_in_container
@@ -52,13 +53,13 @@ class BuildResult:
     seconds: float
     work_done: bool
     log_file: Path | None = None
-    findings: tuple = ()  # toolchain.symbols.Finding, for C++ libraries
+    findings: tuple[Finding, ...] = ()  # the library's check (toolchain.symbols), for C++ libraries
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # what may break where the backend runs (a CUDA the release does not ship)
 
     @property
     def errors(self) -> list:
-        return [f for f in self.findings if f.severity == "error"]
+        return [f for f in self.findings if f.failed]
 
 
 def build_kind(project: Project) -> str | None:

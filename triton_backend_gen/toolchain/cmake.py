@@ -64,15 +64,34 @@ def configure_command(
     machine (plain ``cmake``, no generator, ninja, ccache or system googletest): for a build in a container.
     """
     command = [cmake_executable() if host_tools else "cmake", "-S", str(source_dir), "-B", str(build_dir)]
-    defines: dict[str, str] = {}
     ninja = tool_on_path("ninja") if host_tools else None
     if ninja:
         command += ["-G", "Ninja"]
-        defines["CMAKE_MAKE_PROGRAM"] = ninja
+    defines = {"CMAKE_MAKE_PROGRAM": ninja} if ninja else {}
     defines["CMAKE_BUILD_TYPE"] = build_type
     defines["TRITON_ENABLE_GPU"] = "ON" if gpu else "OFF"
     if install_prefix is not None:
         defines["CMAKE_INSTALL_PREFIX"] = str(install_prefix)
+    defines |= _source_defines(triton_sources, host_tools) | _launcher_defines(gpu, host_tools)
+    # The caller's defines come last (and replace tbgen's own for the same key).
+    defines = {key: value for key, value in defines.items() if key not in extra_defines} | dict(extra_defines)
+    return command + [f"-D{key}={value}" for key, value in defines.items()]
+
+
+def _launcher_defines(gpu: bool, host_tools: bool) -> dict[str, str]:
+    """ccache as the compiler launcher of each language built (CUDA too with ``gpu``), when this machine has
+    it and the build runs here."""
+    ccache = tool_on_path("ccache") if host_tools else None
+    if not ccache:
+        return {}
+    languages = ("C", "CXX", "CUDA") if gpu else ("C", "CXX")
+    return {f"CMAKE_{language}_COMPILER_LAUNCHER": ccache for language in languages}
+
+
+def _source_defines(triton_sources: Path | None, host_tools: bool) -> dict[str, str]:
+    """The FetchContent defines that point CMake at sources on disk: Triton's repositories (then nothing is
+    downloaded) and googletest (googletest_sources), each when there is one."""
+    defines = {}
     if triton_sources is not None:
         for repo in TRITON_REPOS:
             defines[f"FETCHCONTENT_SOURCE_DIR_REPO-{repo.upper()}"] = str(Path(triton_sources) / repo)
@@ -80,16 +99,7 @@ def configure_command(
     googletest = googletest_sources(triton_sources, system=host_tools)
     if googletest is not None:
         defines["FETCHCONTENT_SOURCE_DIR_GOOGLETEST"] = str(googletest)
-    ccache = tool_on_path("ccache") if host_tools else None
-    if ccache:
-        languages = ("C", "CXX", "CUDA") if gpu else ("C", "CXX")
-        for language in languages:
-            defines[f"CMAKE_{language}_COMPILER_LAUNCHER"] = ccache
-    # The caller's defines come last (and replace tbgen's own for the same key).
-    for key in extra_defines:
-        defines.pop(key, None)
-    defines.update(extra_defines)
-    return command + [f"-D{key}={value}" for key, value in defines.items()]
+    return defines
 
 
 def repo_tag_defines(branch: str) -> dict[str, str]:

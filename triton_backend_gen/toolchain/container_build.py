@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from triton_backend_gen.engine import (
+from triton_backend_gen.docker_engine import (
     ROLE_BUILD,
     Mount,
     connect,

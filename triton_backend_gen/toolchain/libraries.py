@@ -93,30 +93,43 @@ def library_spec(name: str, *, find_package: str | None = None, components: Iter
     that do not go with the source. ``include_listing``/``lib_listing``: the names in <path>/include and
     <path>/lib (for --path)."""
     validate_library_name(name)
-    given = [flag for flag, value in (("--find-package", find_package), ("--pkg-config", pkg_config),
-                                      ("--path", path)) if value]
-    example = (f"For example `tbgen add library {name} --find-package {name}`, or --pkg-config with its pkg-config "
-               "module, or --path with the prefix that holds its include/ and lib/")
-    if not given:
-        raise UsageError(f"Say where {name} comes from: --find-package, --pkg-config or --path.", example)
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} are two sources for {name}; give one.", example)
+    _check_one_source(name, find_package=find_package, pkg_config=pkg_config, path=path)
     components = split_components(components)
     if (components or target) and not find_package:
         raise UsageError("--components and --target go with --find-package.",
-                         f"For example `tbgen add library {name} --find-package {name} --components core --target {name}::core`")
+                         f"For example `tbgen add library {name} --find-package {name} --components core "
+                         f"--target {name}::core`")
     if find_package:
-        _check_package(find_package, "--find-package")
-        target = target or default_target(find_package)
-        if not _TARGET.match(target):
-            raise UsageError(f"'{target}' is not a CMake target name.", "For example: --target JsonCpp::JsonCpp")
-        return LibrarySpec(name, FIND_PACKAGE, package=find_package, components=components, target=target)
+        return _find_package_spec(name, find_package, components, target)
     if pkg_config:
         _check_package(pkg_config, "--pkg-config")
         return LibrarySpec(name, PKG_CONFIG, package=pkg_config)
     assert path is not None
     return LibrarySpec(name, PATH, prefix=path, library=prefix_library(name, path, lib_listing),
                        header=prefix_header(name, path, include_listing))
+
+
+def _check_one_source(name: str, *, find_package: str | None, pkg_config: str | None,
+                      path: Path | None) -> None:
+    """UsageError unless exactly one of --find-package, --pkg-config and --path is given."""
+    given = [flag for flag, value in (("--find-package", find_package), ("--pkg-config", pkg_config),
+                                      ("--path", path)) if value]
+    example = (f"For example `tbgen add library {name} --find-package {name}`, or --pkg-config with its "
+               "pkg-config module, or --path with the prefix that holds its include/ and lib/")
+    if not given:
+        raise UsageError(f"Say where {name} comes from: --find-package, --pkg-config or --path.", example)
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} are two sources for {name}; give one.", example)
+
+
+def _find_package_spec(name: str, package: str, components: tuple[str, ...],
+                       target: str | None) -> LibrarySpec:
+    """The spec of a --find-package library; its target defaults to <package>::<package>."""
+    _check_package(package, "--find-package")
+    target = target or default_target(package)
+    if not _TARGET.match(target):
+        raise UsageError(f"'{target}' is not a CMake target name.", "For example: --target JsonCpp::JsonCpp")
+    return LibrarySpec(name, FIND_PACKAGE, package=package, components=components, target=target)
 
 
 def _check_package(package: str, flag: str) -> None:

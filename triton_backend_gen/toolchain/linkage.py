@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from triton_backend_gen.engine import (
+from triton_backend_gen.docker_engine import (
     CONTAINER_HOME,
     ROLE_CHECK,
     Mount,
@@ -36,8 +36,8 @@ from triton_backend_gen.engine import (
     tbgen_containers,
 )
 from triton_backend_gen.errors import BuildError
+from triton_backend_gen.findings import Finding
 from triton_backend_gen.toolchain.symbols import (
-    Finding,
     Resolution,
     needed_by,
     needed_graph,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from triton_backend_gen.engine import (
+from triton_backend_gen.docker_engine import (
     CONTAINER_HOME,
     ROLE_BUILD,
     Mount,
@@ -52,7 +52,7 @@ def tool_dirs() -> dict[str, Path]:
         if spec is None or not spec.submodule_search_locations:
             raise UsageError(f"`tbgen env pack` needs {name.replace('_', '-')} in tbgen's Python, and it is missing.",
                              f"{DEPLOY_EXTRA} (or pip install {name.replace('_', '-')}).")
-        found[name] = Path(list(spec.submodule_search_locations)[0])
+        found[name] = Path(next(iter(spec.submodule_search_locations)))
     return found
 
 
@@ -79,21 +79,33 @@ def pack_script(python: str, requirements: Path, output: Path, work: Path, tools
 def pip_settings(lines: list[str]) -> tuple[dict[str, str], list[Path]]:
     """From `pip config list` output: the PIP_* variables that carry the settings into a container, and the
     local paths they name (index directories, find-links, certificates) to mount there."""
+    variables = _pip_variables(lines)
+    paths = []
+    for value in variables.values():
+        for path in filter(None, map(_local_path, value.split())):
+            if path not in paths:
+                paths.append(path)
+    return variables, paths
+
+
+def _pip_variables(lines: list[str]) -> dict[str, str]:
+    """`pip config list`'s settings as PIP_* variables, then this environment's own PIP_* (which win, as in
+    pip)."""
     variables: dict[str, str] = {}
     for line in lines:
         match = _CONFIG_LINE.match(line.strip())
         if match:
             variables["PIP_" + match["key"].upper().replace("-", "_")] = match["value"]
     variables.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
-    paths = []
-    for value in variables.values():
-        for token in value.split():
-            path = Path(token.removeprefix("file://"))
-            if token.startswith("file://") and path.name == "simple":
-                path = path.parent  # a local index's pages link to files beside it (../files/...)
-            if path.is_absolute() and path.exists() and path not in paths:
-                paths.append(path)
-    return variables, paths
+    return variables
+
+
+def _local_path(token: str) -> Path | None:
+    """The existing local path one word of a pip setting names (a path or a file:// URL), or None."""
+    path = Path(token.removeprefix("file://"))
+    if token.startswith("file://") and path.name == "simple":
+        path = path.parent  # a local index's pages link to files beside it (../files/...)
+    return path if path.is_absolute() and path.exists() else None
 
 
 def pack_locally(requirements: Path, output: Path, log_file: Path) -> PackedEnv:

@@ -11,7 +11,7 @@ Three checks, on the library's dynamic symbol table and its dependencies:
 - (a warning) a CUDA runtime it links (``readelf -d``) is of the major version the target release ships.
 
 The parsers and the comparisons are pure; ``check_library`` runs nm, readelf and ldd. Which server to check
-against is the caller's choice (commands.build finds one). The same check in a container image is
+against is the caller's choice (toolchain.ensure_built finds one). The same check in a container image is
 toolchain.linkage's.
 """
 
@@ -28,6 +28,7 @@ from pathlib import Path
 from triton_backend_gen import versions
 from triton_backend_gen.discovery import ServerInstall
 from triton_backend_gen.errors import BuildError
+from triton_backend_gen.findings import Finding
 
 EXPORT_PREFIX = "TRITONBACKEND_"
 API_PREFIXES = ("TRITONBACKEND_", "TRITONSERVER_")
@@ -38,26 +39,6 @@ _LDD_ARROW = re.compile(r"^\s*(\S+)\s+=>\s+(?:(not found)|(\S+))")
 _LDD_VERSION = re.compile(r"version `[^']+' not found")
 _NEEDED = re.compile(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]")
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # "error", "warning" (loads here, not in the release's image) or "note"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.message}"
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    library: Path
-    server: str | None  # the server checked against, described; None when none was found
-    findings: tuple[Finding, ...]
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
 
 
 @dataclass(frozen=True)
@@ -177,28 +158,49 @@ def check_library(library: Path, server: ServerInstall | None,
     """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with ``release``,
     also a CUDA runtime of another major version than the release's image ships."""
     findings = [*(cuda_findings(library, release) if release is not None else []), *export_findings(library)]
-    if server is not None and server.libtritonserver is not None:
-        server_defined = {name for _, name in dynamic_symbols(server.libtritonserver, defined=True)}
-        for name in missing_api_symbols(dynamic_symbols(library, defined=False), server_defined):
-            findings.append(Finding("error", f"{library.name} needs {name}, which tritonserver {server.version} "
-                                             f"({server.libtritonserver.name}) does not have: the headers are "
-                                             "newer than the server; build for the server's release"))
-    elif server is not None:
-        findings.append(Finding("note", f"no libtritonserver beside {server.executable}: imports not checked"))
+    if server is not None:
+        findings += _server_import_findings(library, server)
+    return findings + _resolution_findings(library, server, _resolve_libraries(library, server))
+
+
+def _server_import_findings(library: Path, server: ServerInstall) -> list[Finding]:
+    """An error per TRITONSERVER_*/TRITONBACKEND_* symbol ``library`` imports that ``server``'s
+    libtritonserver does not define; a note when the server has no libtritonserver to check against."""
+    if server.libtritonserver is None:
+        return [Finding("note", f"no libtritonserver beside {server.executable}: imports not checked")]
+    server_defined = {name for _, name in dynamic_symbols(server.libtritonserver, defined=True)}
+    return [Finding("error", f"{library.name} needs {name}, which tritonserver {server.version} "
+                             f"({server.libtritonserver.name}) does not have: the headers are "
+                             "newer than the server; build for the server's release")
+            for name in missing_api_symbols(dynamic_symbols(library, defined=False), server_defined)]
+
+
+def _resolve_libraries(library: Path, server: ServerInstall | None) -> Resolution:
+    """How ``ldd`` resolves ``library``'s dependencies here, with ``server``'s library directories first (as
+    tritonserver's own loader would find them)."""
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
         library_dirs = [scratch, *map(str, server.library_dirs)] if server is not None else []
+        # A backend needs libtritonserver.so by that name, which the server satisfies with the copy it has
+        # loaded; the wheel's file has a hashed name, so a link by the needed name stands in for it.
         if server is not None and server.libtritonserver is not None:
             os.symlink(server.libtritonserver, Path(scratch) / SERVER_LIBRARY)
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join([*library_dirs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
-        resolution = parse_ldd(_run(["ldd", str(library)], env=env).stdout)
+        return parse_ldd(_run(["ldd", str(library)], env=env).stdout)
+
+
+def _resolution_findings(library: Path, server: ServerInstall | None,
+                         resolution: Resolution) -> list[Finding]:
+    """The problems ``ldd`` found: libraries missing (libtritonserver only noted when no server is at hand)
+    and libraries older than those ``library`` was built against."""
+    findings = []
     if server is None and SERVER_LIBRARY in resolution.missing:
         findings.append(Finding("note", f"{SERVER_LIBRARY} is found only with a server (none to check with)"))
     missing = [name for name in resolution.missing if not (name == SERVER_LIBRARY and server is None)]
     graph = needed_graph(library, resolution.found) if missing else {}
     findings += missing_library_findings(missing, library.name, graph)
-    findings += [Finding("error", f"{line}: a library {library.name} links is older here than the one it was built "
-                                  "against") for line in resolution.version_errors]
+    findings += [Finding("error", f"{line}: a library {library.name} links is older here than the one it was "
+                                  "built against") for line in resolution.version_errors]
     return findings
 
 

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from google.protobuf import text_format
-
 from triton_backend_gen.errors import ConfigError
+from triton_backend_gen.findings import ERROR, Finding
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config.checks.context import CheckContext
 from triton_backend_gen.model_config.checks.ensembles import check_ensemble
-from triton_backend_gen.model_config.checks.model import check_expectations, check_identity, check_model_directory
+from triton_backend_gen.model_config.checks.model import (
+    check_expectations,
+    check_identity,
+    check_model_directory,
+)
 from triton_backend_gen.model_config.checks.scheduling import (
     check_batching,
     check_instance_groups,
     check_transaction_policy,
 )
 from triton_backend_gen.model_config.checks.tensors import check_batch_io, check_tensors, check_warmup
-from triton_backend_gen.model_config.findings import ERROR, Expectations, Finding
+from triton_backend_gen.model_config.expectations import Expectations
 from triton_backend_gen.model_config.locate import locate
 from triton_backend_gen.model_config.parsing import explain_parse_error, parse_text, read_text
+
+text_format = lazy_module("google.protobuf.text_format")
 
 _CHECKS = (
     check_identity,
@@ -44,12 +50,12 @@ def check_config(path: Path, expect: Expectations = _NOTHING_EXPECTED) -> list[F
     try:
         text = read_text(path)
     except ConfigError as err:
-        return [Finding(path, None, err.message, ERROR)]
+        return [Finding(ERROR, err.message, path=path)]
     try:
         config = parse_text(text)
     except text_format.ParseError as err:
         line, message = explain_parse_error(err)
-        return [Finding(path, line, message, ERROR)]
+        return [Finding(ERROR, message, path=path, line=line)]
     ctx = CheckContext(path, config, locate(text), expect)
     for check in _CHECKS:
         check(ctx)

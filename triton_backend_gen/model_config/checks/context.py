@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonclient.grpc import model_config_pb2
-
-from triton_backend_gen.model_config.findings import CONFIG_FILE, ERROR, WARNING, Expectations, Finding
+from triton_backend_gen.findings import ERROR, WARNING, Finding
+from triton_backend_gen.lazy import lazy_module
+from triton_backend_gen.model_config.expectations import CONFIG_FILE, Expectations
 from triton_backend_gen.model_config.locate import Node
+
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -57,7 +59,7 @@ class CheckContext:
 
     def _add(self, node: Node | int | None, message: str, severity: str) -> None:
         line = node.line if isinstance(node, Node) else node
-        self.findings.append(Finding(self.path, line, message, severity))
+        self.findings.append(Finding(severity, message, path=self.path, line=line))
 
     def line_of(self, *steps: str | tuple[str, int]) -> int | None:
         """Line of the deepest node found along ``steps`` (names, or (name, index) for repeated fields)."""

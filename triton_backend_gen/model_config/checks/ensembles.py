@@ -6,8 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from triton_backend_gen.errors import ConfigError
-from triton_backend_gen.model_config.checks.context import ENSEMBLE_PLATFORM, CheckContext, dtype_name, show_dims
-from triton_backend_gen.model_config.findings import CONFIG_FILE
+from triton_backend_gen.model_config.checks.context import (
+    ENSEMBLE_PLATFORM,
+    CheckContext,
+    dtype_name,
+    show_dims,
+)
+from triton_backend_gen.model_config.expectations import CONFIG_FILE
 from triton_backend_gen.model_config.locate import Node
 from triton_backend_gen.model_config.parsing import load_model_config
 
@@ -220,23 +225,28 @@ def _check_step_models(ctx: CheckContext, steps: list[Any]) -> None:
     if ctx.model_dir is None:
         return  # a config outside a model repository: the models it calls are not at hand
     for i, step in enumerate(steps):
-        if not step.model_name:
-            continue
-        other = ctx.model_dir.parent / step.model_name / CONFIG_FILE
-        if not other.is_file():
-            ctx.warn(
-                ctx.line_of("ensemble_scheduling", ("step", i)),
-                f'ensemble step {i} calls model "{step.model_name}", which is not in this model repository '
-                f"({other.parent} has no {CONFIG_FILE}); add it, or load it from another repository",
-            )
-            continue
-        try:
-            model = load_model_config(other)
-        except ConfigError:
-            continue  # reported when that config is checked itself
-        if not model.input and not model.output:
-            continue  # its tensors come from auto-completion: nothing to compare with
-        _compare_step(ctx, i, step, model, types)
+        model = _step_model(ctx, i, step) if step.model_name else None
+        if model is not None:
+            _compare_step(ctx, i, step, model, types)
+
+
+def _step_model(ctx: CheckContext, i: int, step: Any) -> Any | None:
+    """The config of the model step ``i`` calls, from beside the ensemble's; None when there is nothing to
+    compare with: it is not there (warned), does not load (reported when it is checked itself), or declares
+    no tensors (they come from auto-completion)."""
+    other = ctx.model_dir.parent / step.model_name / CONFIG_FILE
+    if not other.is_file():
+        ctx.warn(
+            ctx.line_of("ensemble_scheduling", ("step", i)),
+            f'ensemble step {i} calls model "{step.model_name}", which is not in this model repository '
+            f"({other.parent} has no {CONFIG_FILE}); add it, or load it from another repository",
+        )
+        return None
+    try:
+        model = load_model_config(other)
+    except ConfigError:
+        return None
+    return model if model.input or model.output else None
 
 
 def _compare_step(ctx: CheckContext, i: int, step: Any, model: Any, types: _TensorTypes) -> None:

@@ -3,6 +3,8 @@ directory around its config."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from triton_backend_gen.model_config.checks.context import ENSEMBLE_PLATFORM, PLATFORM_BACKENDS, CheckContext
 
 
@@ -50,28 +52,32 @@ def _check_platform(ctx: CheckContext) -> None:
 
 def check_expectations(ctx: CheckContext) -> None:
     """What tbgen.toml says of the model: decoupled or not, and its backend."""
-    c, expect = ctx.config, ctx.expect
-    decoupled = c.model_transaction_policy.decoupled
-    if expect.decoupled is True and not decoupled:
+    _check_expected_decoupled(ctx)
+    if ctx.expect.backend is not None and not ctx.is_ensemble:
+        backend = ctx.effective_backend()
+        if backend is not None and backend != ctx.expect.backend:
+            ctx.error(
+                ctx.line_of("backend") or ctx.line_of("platform") or ctx.line_of("name"),
+                f'backend "{backend}" does not match the project\'s backend "{ctx.expect.backend}"; set '
+                f'backend: "{ctx.expect.backend}"',
+            )
+
+
+def _check_expected_decoupled(ctx: CheckContext) -> None:
+    """The decoupled policy where tbgen.toml says the model is decoupled, and only there."""
+    decoupled = ctx.config.model_transaction_policy.decoupled
+    if ctx.expect.decoupled is True and not decoupled:
         ctx.error(
             ctx.line_of("model_transaction_policy") or ctx.line_of("name"),
             "the model is decoupled in tbgen.toml but its config lacks the decoupled policy; add "
             "model_transaction_policy { decoupled: true }",
         )
-    elif expect.decoupled is False and decoupled:
+    elif ctx.expect.decoupled is False and decoupled:
         ctx.warn(
             ctx.line_of("model_transaction_policy", "decoupled"),
             "model_transaction_policy sets decoupled: true but tbgen.toml says the model is not decoupled; "
             "remove the policy, or set decoupled = true for the model in tbgen.toml",
         )
-    if expect.backend is not None and not ctx.is_ensemble:
-        backend = ctx.effective_backend()
-        if backend is not None and backend != expect.backend:
-            ctx.error(
-                ctx.line_of("backend") or ctx.line_of("platform") or ctx.line_of("name"),
-                f'backend "{backend}" does not match the project\'s backend "{expect.backend}"; set '
-                f'backend: "{expect.backend}"',
-            )
 
 
 def check_model_directory(ctx: CheckContext) -> None:
@@ -93,12 +99,17 @@ def check_model_directory(ctx: CheckContext) -> None:
             f"{model_dir.name}/1/ (empty is fine for C++ backends and ensembles)",
         )
     elif ctx.effective_backend() == "python" and c.backend in ("python", ""):
-        filename = c.default_model_filename or "model.py"
-        missing = [v.name for v in versions if not (v / filename).is_file()]
-        if missing:
-            ctx.error(
-                ctx.line_of("backend"),
-                f"the python backend loads {filename} from each version directory, but "
-                + ", ".join(f"{model_dir.name}/{m}/" for m in missing)
-                + f" has none; add {filename} there",
-            )
+        _check_python_model_files(ctx, model_dir, versions)
+
+
+def _check_python_model_files(ctx: CheckContext, model_dir: Path, versions: list[Path]) -> None:
+    """The python backend's model file (model.py, or default_model_filename) in every version directory."""
+    filename = ctx.config.default_model_filename or "model.py"
+    missing = [v.name for v in versions if not (v / filename).is_file()]
+    if missing:
+        ctx.error(
+            ctx.line_of("backend"),
+            f"the python backend loads {filename} from each version directory, but "
+            + ", ".join(f"{model_dir.name}/{m}/" for m in missing)
+            + f" has none; add {filename} there",
+        )

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2
+from triton_backend_gen.lazy import lazy_module
+from triton_backend_gen.model_config.checks.context import (
+    TENSORRT_PLATFORM,
+    CheckContext,
+    dtype_name,
+    enum_name,
+)
 
-from triton_backend_gen.model_config.checks.context import TENSORRT_PLATFORM, CheckContext, dtype_name, enum_name
+model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 _CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
 
@@ -84,6 +90,7 @@ def _check_preserve_ordering(ctx: CheckContext) -> None:
 
 
 def _check_sequence_batching(ctx: CheckContext) -> None:
+    """sequence_batching: no response cache beside it, its control inputs, its strategy's settings."""
     c, sb = ctx.config, ctx.config.sequence_batching
     if c.response_cache.enable:
         ctx.error(
@@ -91,22 +98,7 @@ def _check_sequence_batching(ctx: CheckContext) -> None:
             "response_cache is enabled on a sequence-batched model, which Triton does not support; "
             "disable the response cache",
         )
-    names: set[str] = set()
-    kinds: dict[int, str] = {}
-    for index, control_input in enumerate(sb.control_input):
-        node_line = ctx.line_of("sequence_batching", ("control_input", index), "name")
-        if not control_input.name:
-            ctx.error(node_line, 'sequence_batching.control_input has no name; add name: "..."')
-            continue
-        if control_input.name in names:
-            ctx.error(
-                node_line,
-                f'sequence_batching control tensor "{control_input.name}" is listed twice; give each '
-                "control its own tensor",
-            )
-        names.add(control_input.name)
-        for control in control_input.control:
-            _check_sequence_control(ctx, control_input.name, control, node_line, kinds)
+    _check_control_inputs(ctx)
     if sb.HasField("oldest"):
         for size in sb.oldest.preferred_batch_size:
             if size <= 0 or size > c.max_batch_size:
@@ -120,6 +112,26 @@ def _check_sequence_batching(ctx: CheckContext) -> None:
             ctx.line_of("sequence_batching", "direct"),
             "sequence_batching.direct.minimum_slot_utilization must be in (0.0, 1.0]",
         )
+
+
+def _check_control_inputs(ctx: CheckContext) -> None:
+    """sequence_batching's control inputs: each named, each tensor once, each kind of control once."""
+    names: set[str] = set()
+    kinds: dict[int, str] = {}
+    for index, control_input in enumerate(ctx.config.sequence_batching.control_input):
+        node_line = ctx.line_of("sequence_batching", ("control_input", index), "name")
+        if not control_input.name:
+            ctx.error(node_line, 'sequence_batching.control_input has no name; add name: "..."')
+            continue
+        if control_input.name in names:
+            ctx.error(
+                node_line,
+                f'sequence_batching control tensor "{control_input.name}" is listed twice; give each '
+                "control its own tensor",
+            )
+        names.add(control_input.name)
+        for control in control_input.control:
+            _check_sequence_control(ctx, control_input.name, control, node_line, kinds)
 
 
 def _check_sequence_control(
@@ -205,9 +217,15 @@ def _check_instance_group(ctx: CheckContext, index: int, group: Any) -> None:
             ctx.line_of(("instance_group", index), "profile"),
             f"{label} sets profile, which only TensorRT models support; remove it",
         )
-    if group.kind == kinds.KIND_GPU or (group.kind == kinds.KIND_AUTO and len(group.gpus) > 0):
+    if _uses_gpus(group):
         asks = f"{label} asks for {kind if group.kind == kinds.KIND_GPU else 'GPUs'}"
         _check_gpu_expected(ctx, asks, ctx.line_of(("instance_group", index), "kind"))
+
+
+def _uses_gpus(group: Any) -> bool:
+    """Whether an instance group runs on GPUs: KIND_GPU, or KIND_AUTO with gpus listed."""
+    kinds = model_config_pb2.ModelInstanceGroup.Kind
+    return group.kind == kinds.KIND_GPU or (group.kind == kinds.KIND_AUTO and len(group.gpus) > 0)
 
 
 def _check_gpu_expected(ctx: CheckContext, asks: str, where: int | None) -> None:

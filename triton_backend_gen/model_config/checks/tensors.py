@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from triton_backend_gen.model_config.checks.context import TENSORRT_PLATFORM, CheckContext, dtype_name, show_dims
+from triton_backend_gen.model_config.checks.context import (
+    TENSORRT_PLATFORM,
+    CheckContext,
+    dtype_name,
+    show_dims,
+)
 from triton_backend_gen.model_config.locate import Node
 
 
@@ -91,20 +96,27 @@ def _check_layout_flags(ctx: CheckContext, kind: str, label: str, tensor: Any, r
 
 def _check_reshape(ctx: CheckContext, label: str, dims: list[int], shape: list[int], line: int | None) -> None:
     """``reshape`` must be valid and hold the elements of ``dims`` in the same runs between variable dims."""
+    if not _check_reshape_shape(ctx, label, shape, line):
+        return
+    if not dims or any(d < 1 and d != -1 for d in dims):
+        return  # already reported
+    _check_reshape_elements(ctx, label, dims, shape, line)
+
+
+def _check_reshape_shape(ctx: CheckContext, label: str, shape: list[int], line: int | None) -> bool:
+    """Whether ``shape`` is a valid reshape (reported when it is not): no scalar without a batch dimension,
+    each dimension >= 1 or -1."""
     if not shape and ctx.config.max_batch_size == 0:
         ctx.error(
             line,
             f"{label} has an empty reshape in a model with max_batch_size 0, which would make it a scalar; "
             "Triton does not support scalar tensors: give reshape a shape, e.g. reshape: { shape: [ 1 ] }",
         )
-        return
-    bad = [d for d in shape if d < 1 and d != -1]
-    if bad:
+        return False
+    if any(d < 1 and d != -1 for d in shape):
         ctx.error(line, f"{label} has reshape {show_dims(shape)}; every dimension must be >= 1 or -1")
-        return
-    if not dims or any(d < 1 and d != -1 for d in dims):
-        return  # already reported
-    _check_reshape_elements(ctx, label, dims, shape, line)
+        return False
+    return True
 
 
 def _check_reshape_elements(ctx: CheckContext, label: str, dims: list[int], shape: list[int],
@@ -220,8 +232,18 @@ def _check_warmup_sample(ctx: CheckContext, index: int, warmup: Any, inputs: set
             f"{label} has batch_size {warmup.batch_size}, above the model's limit of {limit} "
             "(max_batch_size, or 1 without batching)",
         )
+    if warmup.batch_size > 0:  # Triton skips samples of batch_size 0
+        _check_warmup_required(ctx, label, warmup, required, line)
+    for name, sample in warmup.inputs.items():
+        entry = node.with_child("inputs", "key", name) if node else None
+        _check_warmup_input(ctx, label, name, sample, inputs, entry.line if entry else line)
+
+
+def _check_warmup_required(ctx: CheckContext, label: str, warmup: Any, required: list[str],
+                           line: int | None) -> None:
+    """A warmup sample feeds every required input."""
     missing = [name for name in required if name not in warmup.inputs]
-    if missing and warmup.batch_size > 0:  # Triton skips samples of batch_size 0
+    if missing:
         ctx.error(
             line,
             f"{label} lacks the required input(s) "
@@ -229,9 +251,6 @@ def _check_warmup_sample(ctx: CheckContext, index: int, warmup: Any, inputs: set
             + '; add inputs { key: "<name>" value: { data_type: ... dims: [ ... ] zero_data: true } } '
             "for each",
         )
-    for name, sample in warmup.inputs.items():
-        entry = node.with_child("inputs", "key", name) if node else None
-        _check_warmup_input(ctx, label, name, sample, inputs, entry.line if entry else line)
 
 
 def _check_warmup_input(ctx: CheckContext, label: str, name: str, sample: Any, inputs: set[str],

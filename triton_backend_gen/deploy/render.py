@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_backend_gen.commands.deploy.chart import Written, write_chart, write_manifests
-from triton_backend_gen.commands.deploy.values import (
+from triton_backend_gen.deploy.chart import Written, write_chart, write_manifests
+from triton_backend_gen.deploy.values import (
     ChartValues,
     apply_settings,
     check_values,
@@ -15,10 +15,10 @@ from triton_backend_gen.commands.deploy.values import (
     parse_settings,
     read_values_file,
 )
-from triton_backend_gen.commands.load_time import read_load_time
-from triton_backend_gen.commands.package import default_tag
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.instance_kind import gpu_models
+from triton_backend_gen.runtime.load_time import read_load_time
+from triton_backend_gen.toolchain.image import default_tag
 
 HELM_DIR = Path("deploy") / "helm"
 MANIFESTS_DIR = Path("deploy") / "k8s"

@@ -6,8 +6,8 @@ Modules: ``run`` (:func:`plan_bench` and :meth:`Bench.measure` against a running
 (the report, percentiles, ratios). Starting the server is the command's job (commands.bench).
 """
 
-from triton_backend_gen.bench.run import Bench, plan_bench
-from triton_backend_gen.bench.stats import (
+from triton_backend_gen.perf.run import Bench, plan_bench
+from triton_backend_gen.perf.stats import (
            BenchReport,
            Level,
            Ratio,

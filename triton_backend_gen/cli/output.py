@@ -1,10 +1,13 @@
-"""What the CLI prints, on a terminal and off one (CI logs, pipes, files).
+"""What the CLI prints, on a terminal and off one (CI logs, pipes, files), and how it ends on an error.
 
 On a terminal Rich lays text and tables out for the window. Off a terminal nothing tbgen prints is wider than
 200 columns (or $COLUMNS when that is less): text is wrapped here, at spaces, and a command written in
 backticks (`tbgen update --triton-version 24.10`) is never split across lines, so it can be copied as it is.
 A list of records (the checks of a test run, doctor's findings) is a table on a terminal and, off it, one line
 per record with its long fields wrapped beneath it. User and tool text is never read as Rich markup.
+
+A TbgenError becomes its message and hint on stderr and its exit code (``user_errors``): no traceback for what
+the user can fix.
 """
 
 from __future__ import annotations
@@ -16,9 +19,14 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from triton_backend_gen.errors import TbgenError
+from triton_backend_gen.project import Project
+from triton_backend_gen.runtime.release_note import first_time
 
 MAX_WIDTH = 200  # the widest line tbgen prints off a terminal
 _COMMAND = re.compile(r"`[^`\n]+`")
@@ -109,3 +117,46 @@ def records(title: str, columns: Sequence[Column], rows: Iterable[Sequence[str]]
             if column.wide and cell:
                 for line in wrap(cell, console.width, indent="    ", first_indent="    "):
                     console.print(line, markup=False, soft_wrap=True)
+
+
+class user_errors:  # noqa: N801 - used as a statement: `with user_errors():`
+    """Turn a TbgenError into a message with its hint and its exit code (no traceback for user mistakes)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None:
+            return False
+        if isinstance(exc, TbgenError):
+            error(exc.message, exc.hint)
+            raise typer.Exit(exc.exit_code)
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or SIGTERM/SIGHUP turned into one by the runtime
+            err_console.print("[yellow]interrupted[/yellow]")
+            raise typer.Exit(getattr(exc, "exit_code", 130))
+        return False
+
+
+def print_findings(findings) -> None:
+    """Findings, each after its severity."""
+    for finding in findings:
+        style = {"error": "red", "warning": "yellow"}.get(finding.severity, "dim")
+        say(finding.message, label=f"{finding.severity}:", style=style)
+
+
+def print_notes(run, project: Project | None, verbose: bool) -> None:
+    """A run's warnings and notes (a server or a test report): the release note only the first time it is due
+    for the project and pair of releases, unless ``verbose``."""
+    for text in run.warnings:
+        warning(text)
+    for text in run.notes:
+        note(text)
+    said = run.release_note
+    if said is not None and (said.warning or verbose or project is None or first_time(project, said)):
+        (warning if said.warning else note)(said.text)
+
+
+def path_argument(project: Project) -> str:
+    """What a suggested command that takes the project as its argument adds: "" in the project, else its path."""
+    option = project.project_option()
+    return option.replace(" --project", "", 1) if option else ""

@@ -9,11 +9,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-from tritonclient.grpc import InferInput
-from tritonclient.grpc.aio import InferenceServerClient
-
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.clients import wire_datatype
+
+np = lazy_module("numpy")
+grpcclient = lazy_module("tritonclient.grpc")
+grpc_aio = lazy_module("tritonclient.grpc.aio")
 
 
 @dataclass
@@ -37,13 +38,13 @@ async def _run(url, model, inputs, datatypes, concurrency, seconds, decoupled, w
     def request_inputs() -> list:
         built = []
         for name, array in inputs.items():
-            tensor = InferInput(name, list(array.shape), wire_datatype(name, array, datatypes))
+            tensor = grpcclient.InferInput(name, list(array.shape), wire_datatype(name, array, datatypes))
             tensor.set_data_from_numpy(array)
             built.append(tensor)
         return built
 
     result = LoadResult()
-    client = InferenceServerClient(url)
+    client = grpc_aio.InferenceServerClient(url)
     try:
         loop = asyncio.get_running_loop()
         start_measuring = loop.time() + warmup_s
@@ -92,21 +93,31 @@ async def _stream_worker(client, model, request_inputs, start_measuring, stop, r
             began = time.perf_counter()
             await queue.put({"model_name": model, "inputs": tensors,
                              "parameters": {"triton_enable_empty_final_response": True}})
-            streamed = 0
-            async for response, error in responses:
-                if error is not None:
-                    result.errors += 1
-                    result.first_error = result.first_error or str(error)
-                    break
-                message = response.get_response()
-                final = message.parameters.get("triton_final_response")
-                if not (final and final.bool_param and not message.outputs):
-                    streamed += 1
-                if final and final.bool_param:
-                    break
+            streamed = await _read_until_final(responses, result)
             if now >= start_measuring:
                 result.latencies_us.append((time.perf_counter() - began) * 1e6)
                 result.responses += streamed
     finally:
         await queue.put(None)
         responses.cancel()
+
+
+async def _read_until_final(responses, result: LoadResult) -> int:
+    """Read one request's responses off the stream up to its final one (or an error, counted in ``result``):
+    how many carried data."""
+    streamed = 0
+    async for response, error in responses:
+        if error is not None:
+            result.errors += 1
+            result.first_error = result.first_error or str(error)
+            break
+        message = response.get_response()
+        # triton_enable_empty_final_response: the final flag may come alone, on a response without outputs
+        # (a decoupled model sends it with TRITONSERVER_RESPONSE_COMPLETE_FINAL and no response).
+        final = message.parameters.get("triton_final_response")
+        is_final = bool(final and final.bool_param)
+        if not (is_final and not message.outputs):
+            streamed += 1
+        if is_final:
+            break
+    return streamed

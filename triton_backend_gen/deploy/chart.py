@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import yaml
-
-from triton_backend_gen.commands.deploy.tools import find_helm, helm_message, run_helm
-from triton_backend_gen.commands.deploy.values import CHART_FILES, ChartValues, DeployError, chart_name
+from triton_backend_gen.deploy.tools import find_helm, helm_message, run_helm
+from triton_backend_gen.deploy.values import CHART_FILES, ChartValues, DeployError, chart_name
 from triton_backend_gen.errors import UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.project import Project
+
+jinja2 = lazy_module("jinja2")
+yaml = lazy_module("yaml")
 
 STATIC = (".helmignore", "values.schema.json")
 RENDERED = ("Chart.yaml", "values.yaml")

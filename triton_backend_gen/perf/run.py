@@ -22,15 +22,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from triton_backend_gen.bench import perf_analyzer as pa
-from triton_backend_gen.bench.loadgen import run_load
-from triton_backend_gen.bench.stats import BenchReport, Level, percentiles
 from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.lazy import lazy_module
+from triton_backend_gen.perf import perf_analyzer as pa
+from triton_backend_gen.perf.loadgen import run_load
+from triton_backend_gen.perf.stats import BenchReport, Level, percentiles
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.local import group_members
 from triton_backend_gen.smoke.model import ModelSpec, load_model_specs
+
+np = lazy_module("numpy")
 
 TOOLS = ("auto", "perf_analyzer", "builtin")
 BUILTIN = "tbgen (asyncio gRPC)"
@@ -83,11 +84,26 @@ def plan_bench(project: Project, *, model: str | None = None, protocol: str = "g
                tool: str = "auto", inputs: Mapping[str, np.ndarray] | None = None) -> Bench:
     """The benchmark of ``model`` (default: the project's first); UsageError for options the model or this
     machine cannot honour. ``inputs`` replaces ``reference.make_inputs`` for the request sent."""
+    _check_bench_options(protocol, tool)
+    [(reference, spec, _config)] = load_model_specs(project, project.model(model))
+    _check_model_takes(spec, batch_size, protocol)
+    batch = batch_size if spec.max_batch_size else None
+    request = dict(inputs) if inputs is not None else reference.make_inputs(batch)
+    per_request = len(reference.responses(request)) if spec.decoupled else 1
+    executable = _perf_analyzer_for(spec, tool)
+    return Bench(spec, protocol, batch_size, request, per_request, executable, project.runtime_dir / "bench")
+
+
+def _check_bench_options(protocol: str, tool: str) -> None:
+    """UsageError for a --protocol or --tool that tbgen bench does not know."""
     if protocol not in ("grpc", "http"):
         raise UsageError(f"--protocol {protocol!r} is neither grpc nor http.", "Use --protocol grpc or --protocol http.")
     if tool not in TOOLS:
         raise UsageError(f"--tool {tool!r} is not one of {', '.join(TOOLS)}.", "Use --tool auto (the default).")
-    [(reference, spec, _config)] = load_model_specs(project, project.model(model))
+
+
+def _check_model_takes(spec: ModelSpec, batch_size: int, protocol: str) -> None:
+    """UsageError when the model cannot take requests of ``batch_size`` over ``protocol``."""
     if batch_size > 1 and spec.max_batch_size == 0:
         raise UsageError(f"{spec.name} does not batch (max_batch_size 0): --batch-size {batch_size} cannot be sent.",
                          "Drop --batch-size.")
@@ -96,8 +112,11 @@ def plan_bench(project: Project, *, model: str | None = None, protocol: str = "g
                          f"Use --batch-size {spec.max_batch_size} or less.")
     if spec.decoupled and protocol == "http":
         raise UsageError(f"{spec.name} is decoupled: its responses stream over gRPC only.", "Use --protocol grpc.")
-    request = dict(inputs) if inputs is not None else reference.make_inputs(batch_size if spec.max_batch_size else None)
-    per_request = len(reference.responses(request)) if spec.decoupled else 1
+
+
+def _perf_analyzer_for(spec: ModelSpec, tool: str) -> Path | None:
+    """perf_analyzer when ``tool`` allows it and it is found, else None (tbgen's builtin generator);
+    UsageError when the model or ``tool`` needs perf_analyzer and there is none."""
     executable = pa.find_perf_analyzer() if tool in ("auto", "perf_analyzer") else None
     if spec.sequence is not None and executable is None:
         raise UsageError(f"{spec.name} is a sequence model: its requests need correlation IDs and START/END flags, "
@@ -106,7 +125,7 @@ def plan_bench(project: Project, *, model: str | None = None, protocol: str = "g
     if tool == "perf_analyzer" and executable is None:
         raise UsageError("perf_analyzer was not found (beside this Python or on PATH).",
                          "pip install 'tritonclient[all]==2.51.0' (its wheel ships perf_analyzer), or --tool builtin.")
-    return Bench(spec, protocol, batch_size, request, per_request, executable, project.runtime_dir / "bench")
+    return executable
 
 
 def _measure_level(target: Target, concurrency: int, seconds: float, batch_size: int, protocol: str,

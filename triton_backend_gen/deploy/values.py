@@ -14,29 +14,28 @@ Pure decisions (no files written, no tools run):
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import yaml
-
-from triton_backend_gen.commands.load_time import LoadTime
 from triton_backend_gen.errors import TbgenError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.project import BackendKind, Project
+from triton_backend_gen.runtime.load_time import LoadTime
 from triton_backend_gen.toolchain.pyenv import DEPLOY_EXTRA as EXTRA_COMMAND
 
-try:  # the deploy extra: pip install 'triton-backend-gen[deploy]'
-    import jsonschema
-except ImportError:  # pragma: no cover - reported by require_extra
-    jsonschema = None
+yaml = lazy_module("yaml")
+jsonschema = lazy_module("jsonschema")  # the deploy extra (pip install 'triton-backend-gen[deploy]'): require_extra
 
 EXTRA_HINT = f"Install tbgen's deploy extra: {EXTRA_COMMAND} (scripts/setup does)."
-CHART_FILES = resources.files("triton_backend_gen.commands.deploy") / "chart"
-SCHEMA_FILES = resources.files("triton_backend_gen.commands.deploy") / "schemas"
+CHART_FILES = resources.files("triton_backend_gen.deploy") / "chart"
+SCHEMA_FILES = resources.files("triton_backend_gen.deploy") / "schemas"
 
 # Probes. The startup probe allows max(STARTUP_MIN_S, LOAD_MARGIN x the measured load time + LOAD_SLACK_S) for the
 # models to load (a cluster node may be slower than this machine, and colder); STARTUP_UNMEASURED_S without a
@@ -59,9 +58,9 @@ class DeployError(TbgenError):
     """Rendering, checking or running a deployment failed (a tool, a validation, the local pod)."""
 
 
-def require_extra(module: Any, name: str) -> None:
-    """DeployError naming the deploy extra when ``module`` (imported at the top of a module) is missing."""
-    if module is None:
+def require_extra(module: ModuleType, name: str) -> None:
+    """DeployError naming the deploy extra when ``module`` (a lazy module of it) is not installed."""
+    if importlib.util.find_spec(module.__name__) is None:
         raise DeployError(f"`tbgen deploy` needs {name}, which is not installed.", EXTRA_HINT)
 
 

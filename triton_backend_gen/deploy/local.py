@@ -1,5 +1,5 @@
-"""`tbgen deploy local`: the chart's pod spec as a container on the local Docker engine, probed as the kubelet
-probes it, then tested with tbgen's smoke suite (commands.test.run_project_tests).
+"""The chart's pod spec as a container on the local Docker engine, probed as the kubelet probes it (what `tbgen
+deploy local` runs the smoke suite against).
 
 The Deployment the chart renders gives the container: image, command, args, env, ports, the size of the
 memory-backed /dev/shm, the other emptyDir volumes (tmpfs), the user and group, a read-only root file system,
@@ -27,22 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from docker.errors import APIError, ImageNotFound
-from docker.types import DeviceRequest
-
-from triton_backend_gen.commands.deploy.chart import split_documents, template_chart
-from triton_backend_gen.commands.deploy.render import HELM_DIR, render_helm
-from triton_backend_gen.commands.deploy.values import DeployError, quantity
-from triton_backend_gen.commands.package import PackageResult, default_tag, package_project
-from triton_backend_gen.commands.test import TestRunReport, run_project_tests
-from triton_backend_gen.engine import ROLE_SERVER, connect, labels
-from triton_backend_gen.errors import UsageError
+from triton_backend_gen.deploy.chart import split_documents, template_chart
+from triton_backend_gen.deploy.values import DeployError, quantity
+from triton_backend_gen.docker_engine import ROLE_SERVER, labels
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.container import STOP_TIMEOUT_S, ContainerServer
 from triton_backend_gen.runtime.server import LOOPBACK, Ports, ServerOptions, free_port, port_is_free
 from triton_backend_gen.signals import signals_deferred
 from triton_backend_gen.smoke import SmokeResult
+
+yaml = lazy_module("yaml")
+
+docker_errors = lazy_module("docker.errors")
+docker_types = lazy_module("docker.types")
 
 LOG_NAME = "deploy-local.log"
 RELEASE = "tbgen-local"
@@ -177,7 +175,7 @@ def docker_spec(pod: PodContainer, container_labels: dict[str, str], host: str =
                 "cap_drop": ["ALL"] if pod.drop_all else None,
                 "security_opt": ["no-new-privileges"] if pod.no_new_privileges else None,
                 # the chart's nvidia.com/gpu limit: that many GPUs, as the device plugin would give the pod
-                "device_requests": [DeviceRequest(count=pod.gpus, capabilities=[["gpu"]])] if pod.gpus else None}
+                "device_requests": [docker_types.DeviceRequest(count=pod.gpus, capabilities=[["gpu"]])] if pod.gpus else None}
     spec.update({key: value for key, value in optional.items() if value is not None})
     return spec
 
@@ -362,7 +360,7 @@ class PodServer(ContainerServer):
     def start(self) -> None:
         try:
             super().start()
-        except APIError as err:  # the container is gone (start() removed it)
+        except docker_errors.APIError as err:  # the container is gone (start() removed it)
             raise self._explained(f"Docker refused the pod's container: {err.explanation or err}",
                                   "Its settings come from the chart's Deployment.") from err
         except DeployError as err:  # a probe failed
@@ -401,17 +399,7 @@ def _memory_used(container: Any) -> int | None:
         return None
 
 
-# --- the command --------------------------------------------------------------------------------------------
-@dataclass
-class LocalRun:
-    report: TestRunReport
-    pod: PodContainer
-    chart: Path
-    packaged: PackageResult | None
-    memory_used: int | None
-    ready_after: float | None
-
-
+# --- the pod here ---------------------------------------------------------------------------------------------
 def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
     """The pod of the chart's rendered Deployment (a chart: helm template; manifests: the files), with free ports
     on 127.0.0.1 when the chart's are taken (a chart only), and notes saying what changed."""
@@ -436,26 +424,6 @@ def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
         f"ports.grpc={chosen['grpc']}, ports.metrics={chosen['metrics']}"]
 
 
-def ensure_pod_image(project: Project, image: str, *, repackage: bool, base_image: str | None,
-                     progress: Callable[[str], None]) -> PackageResult | None:
-    """Package the project when the chart's image is the one `tbgen package` makes and it is missing (or asked
-    to); ServerError naming the image otherwise."""
-    client = connect()
-    try:
-        client.images.get(image)
-        present = True
-    except ImageNotFound:
-        present = False
-    if present and not repackage:
-        return None
-    if image != default_tag(project):
-        raise UsageError(f"The chart runs {image}, which is not on this Docker engine and not the image `tbgen package` "
-                         f"makes ({default_tag(project)}).", f"Build or load it (docker pull {image}), or set "
-                         f"image.repository/image.tag to {default_tag(project)}.")
-    progress(f"packaging {project.name} into {image} first (`tbgen package`)")
-    return package_project(project, tag=image, base_image=base_image, progress=progress)
-
-
 def fit_to_engine(pod: PodContainer, cpus: int) -> tuple[PodContainer, list[str]]:
     """``pod`` with its CPU limit cut to the engine's ``cpus`` (Docker refuses more; a node may have them), and a
     note when it was."""
@@ -476,30 +444,3 @@ def check_gpus(pod: PodContainer, engine: dict[str, Any]) -> None:
             "engine has no NVIDIA runtime.",
             "Run `tbgen deploy local` where the NVIDIA Container Toolkit is installed; `tbgen deploy check` validates "
             "the chart without one.")
-
-
-def deploy_local(project: Project, chart: Path | None = None, *, base_image: str | None = None,
-                 repackage: bool = False, progress: Callable[[str], None] = lambda line: None) -> LocalRun:
-    """Run the chart's pod spec (rendering the chart and packaging the project first when needed), probe it and
-    run the smoke suite against it."""
-    notes: list[str] = []
-    chart = chart or project.root / HELM_DIR
-    if not chart.exists():
-        if chart != project.root / HELM_DIR:
-            raise UsageError(f"{chart} does not exist.", f"Render a chart there first: `tbgen deploy helm --out {chart}`.")
-        render_helm(project, out=chart)
-        notes.append(f"rendered the chart into {chart} first (`tbgen deploy helm`)")
-    pod, port_notes = pod_for_local(chart)
-    notes += port_notes
-    engine = connect().info()
-    pod, cpu_notes = fit_to_engine(pod, int(engine.get("NCPU") or 0))
-    notes += cpu_notes
-    check_gpus(pod, engine)
-    packaged = ensure_pod_image(project, pod.image, repackage=repackage, base_image=base_image, progress=progress)
-    notes.append(f"servers bound to {LOOPBACK} (host networking): {', '.join(ADDRESS_FLAGS)} appended to the args")
-    server = PodServer(pod, project, project.runtime_dir / LOG_NAME)
-    progress(f"starting {pod.image} as the chart's pod spec; probing it as the kubelet would")
-    report = run_project_tests(project, triton=server)
-    report.results += server.probe_results()
-    report.notes += notes
-    return LocalRun(report, pod, chart, packaged, server.memory_used, server.started_after)

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
-from docker.errors import DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest
-
 from triton_backend_gen import versions
 from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.signals import signals_deferred
+
+docker = lazy_module("docker")
+docker_errors = lazy_module("docker.errors")
+docker_types = lazy_module("docker.types")
 
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver:{container}-py3"
 LABEL = "tbgen"
@@ -75,7 +76,7 @@ def connect() -> Any:
     try:
         client = docker.from_env()
         client.ping()
-    except DockerException as err:
+    except docker_errors.DockerException as err:
         text = str(err)
         if "Permission denied" in text or "PermissionError" in text:
             raise ServerError(
@@ -94,7 +95,7 @@ def ensure_image(client: Any, image: str) -> None:
     """ServerError with the exact pull command when ``image`` is not on the engine (tbgen never pulls)."""
     try:
         client.images.get(image)
-    except ImageNotFound as err:
+    except docker_errors.ImageNotFound as err:
         raise ServerError(f"The image {image} is not on this Docker engine.",
                           f"Pull it: docker pull {image}   (or pass --image NAME for another image)") from err
 
@@ -111,7 +112,7 @@ def gpu_requests(client: Any, gpu: bool) -> list[Any]:
             "Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker, then restart "
             "Docker), or run without --gpu (KIND_CPU instances).",
         )
-    return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [docker_types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
 
 def tbgen_containers(client: Any) -> list[Any]:
@@ -126,7 +127,7 @@ def remove_containers(containers: Iterable[Any]) -> list[str]:
         try:
             container.remove(force=True)
             removed.append(container.name)
-        except NotFound:
+        except docker_errors.NotFound:
             pass
     return removed
 

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from triton_backend_gen import engine, versions
+from triton_backend_gen import docker_engine as engine
+from triton_backend_gen import versions
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.project import image_slug
 

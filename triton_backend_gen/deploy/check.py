@@ -13,23 +13,20 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from triton_backend_gen.commands.deploy.chart import split_documents, template_chart
-from triton_backend_gen.commands.deploy.tools import find_helm, helm_message, lint_yaml, run_helm
-from triton_backend_gen.commands.deploy.values import SCHEMA_FILES, DeployError, require_extra
+from triton_backend_gen.deploy.chart import split_documents, template_chart
+from triton_backend_gen.deploy.tools import find_helm, helm_message, lint_yaml, run_helm
+from triton_backend_gen.deploy.values import SCHEMA_FILES, DeployError, require_extra
 from triton_backend_gen.errors import UsageError
+from triton_backend_gen.findings import ERROR, NOTE, PASSED, WARNING, CheckReport, Finding
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.versions import version_tuple
 
-try:  # the deploy extra
-    import jsonschema
-    import kubernetes_validate
-except ImportError:  # pragma: no cover - reported by require_extra
-    jsonschema = kubernetes_validate = None
+yaml = lazy_module("yaml")
+jsonschema = lazy_module("jsonschema")  # the deploy extra: require_extra says when it is missing
+kubernetes_validate = lazy_module("kubernetes_validate")
 
 OLDEST_CHECKED = "1.29"
 RELEASE = "tbgen-check"
@@ -45,30 +42,9 @@ VARIANTS: dict[str, list[str]] = {
 CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json"}
 
 
-@dataclass(frozen=True)
-class Finding:
-    step: str  # "helm lint", "schema 1.29", "yamllint", ...
-    subject: str  # the file or object
-    passed: bool
-    detail: str = ""
-    skipped: bool = False
-
-
-@dataclass
-class CheckReport:
-    directory: Path
-    kind: str  # "chart" or "manifests"
-    kube_versions: list[str]
-    findings: list[Finding] = field(default_factory=list)
-    objects: int = 0
-
-    @property
-    def failures(self) -> list[Finding]:
-        return [f for f in self.findings if not f.passed]
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures
+def _verdict(check: str, subject: str, passed: bool, message: str = "") -> Finding:
+    """A check's finding about ``subject``: PASSED (``message`` may say against what), else an ERROR."""
+    return Finding(PASSED if passed else ERROR, message, check=check, subject=subject)
 
 
 def default_kube_versions() -> list[str]:
@@ -93,7 +69,7 @@ def object_findings(obj: dict[str, Any], subject: str, kube_versions: list[str])
     """The strict schema checks of one object for each version."""
     api, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
     if not api or not kind:
-        return [Finding("schema", subject, False, "no apiVersion or kind: not a Kubernetes object")]
+        return [_verdict("schema", subject, False, "no apiVersion or kind: not a Kubernetes object")]
     if not is_builtin(api):
         return [crd_finding(obj, subject, api, kind)]
     found = []
@@ -103,33 +79,34 @@ def object_findings(obj: dict[str, Any], subject: str, kube_versions: list[str])
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as err:
             where = ".".join(str(p) for p in err.path) or "(the object)"
-            found.append(Finding(step, subject, False, f"{where}: {err.message}"))
+            found.append(_verdict(step, subject, False, f"{where}: {err.message}"))
         except kubernetes_validate.SchemaNotFoundError:
-            found.append(Finding(step, subject, False, f"Kubernetes {version} serves no {kind} in {api} (a removed "
-                                 "or misspelt API)"))
+            found.append(_verdict(step, subject, False, f"Kubernetes {version} serves no {kind} in {api} (a removed "
+                                  "or misspelt API)"))
         else:
-            found.append(Finding(step, subject, True))
+            found.append(_verdict(step, subject, True))
     return found
 
 
 def crd_finding(obj: dict[str, Any], subject: str, api: str, kind: str) -> Finding:
     schema_file = CRD_SCHEMAS.get((api, kind))
     if schema_file is None:
-        return Finding("schema", subject, True, f"{kind} ({api}) is a custom resource tbgen has no schema for: "
-                       "skipped", skipped=True)
+        return Finding(NOTE, f"{kind} ({api}) is a custom resource tbgen has no schema for: skipped",
+                       check="schema", subject=subject)
     schema = json.loads((SCHEMA_FILES / schema_file).read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(map(str, e.path)))
     if errors:
         detail = "; ".join(f"{'.'.join(map(str, e.path)) or '(the object)'}: {e.message}" for e in errors)
-        return Finding(f"schema {kind}", subject, False, detail)
-    return Finding(f"schema {kind}", subject, True, f"against tbgen's {schema_file}")
+        return _verdict(f"schema {kind}", subject, False, detail)
+    return _verdict(f"schema {kind}", subject, True, f"against tbgen's {schema_file}")
 
 
 def lint_findings(text: str, subject: str) -> list[Finding]:
     problems = lint_yaml(text)
     if not problems:
-        return [Finding("yamllint", subject, True)]
-    return [Finding("yamllint", subject, p.level != "error", f"line {p.line}: {p.desc} ({p.rule})") for p in problems]
+        return [_verdict("yamllint", subject, True)]
+    return [Finding(ERROR if p.level == "error" else WARNING, f"line {p.line}: {p.desc} ({p.rule})", check="yamllint",
+                    subject=subject) for p in problems]
 
 
 def documents_findings(documents: list[tuple[str, str]], label: str, kube_versions: list[str]) -> list[Finding]:
@@ -139,7 +116,7 @@ def documents_findings(documents: list[tuple[str, str]], label: str, kube_versio
         name = (obj.get("metadata") or {}).get("name", "?") if isinstance(obj, dict) else "?"
         subject = f"{obj.get('kind', '?') if isinstance(obj, dict) else '?'}/{name} ({label})"
         if not isinstance(obj, dict):
-            found.append(Finding("schema", f"{source} ({label})", False, "not a mapping"))
+            found.append(_verdict("schema", f"{source} ({label})", False, "not a mapping"))
             continue
         found += object_findings(obj, subject, kube_versions)
     return found
@@ -148,8 +125,8 @@ def documents_findings(documents: list[tuple[str, str]], label: str, kube_versio
 def check_chart(directory: Path, kube_versions: list[str], report: CheckReport) -> None:
     helm = find_helm()
     lint = run_helm(helm, ["lint", "--strict", str(directory)], check=False)
-    report.findings.append(Finding("helm lint", str(directory), lint.returncode == 0,
-                                   "" if lint.returncode == 0 else helm_message(lint)))
+    report.findings.append(_verdict("helm lint", str(directory), lint.returncode == 0,
+                                    "" if lint.returncode == 0 else helm_message(lint)))
     for name in ("Chart.yaml", "values.yaml"):
         report.findings += lint_findings((directory / name).read_text(), name)
     for label, settings in VARIANTS.items():
@@ -157,12 +134,12 @@ def check_chart(directory: Path, kube_versions: list[str], report: CheckReport) 
             rendered = template_chart(directory, release=RELEASE, settings=settings, kube_version=kube_versions[-1],
                                       helm=helm)
         except (UsageError, DeployError) as err:
-            report.findings.append(Finding("helm template", label, False, err.message))
+            report.findings.append(_verdict("helm template", label, False, err.message))
             continue
-        report.findings.append(Finding("helm template", label, True))
+        report.findings.append(_verdict("helm template", label, True))
         report.findings += lint_findings(rendered, f"rendered with {label}")
         documents = split_documents(rendered)
-        report.objects += len(documents)
+        report.counts["objects"] += len(documents)
         report.findings += documents_findings(documents, label, kube_versions)
 
 
@@ -177,9 +154,9 @@ def check_manifests(directory: Path, kube_versions: list[str], report: CheckRepo
         try:
             documents = [(path.name, yaml.safe_dump(doc)) for doc in yaml.safe_load_all(text) if doc]
         except yaml.YAMLError as err:
-            report.findings.append(Finding("yaml", path.name, False, str(err)))
+            report.findings.append(_verdict("yaml", path.name, False, str(err)))
             continue
-        report.objects += len(documents)
+        report.counts["objects"] += len(documents)
         report.findings += documents_findings(documents, path.name, kube_versions)
 
 
@@ -203,6 +180,7 @@ def check_deployment(directory: Path, kube_versions: list[str] | None = None) ->
         raise UsageError(f"kubernetes-validate {kubernetes_validate.__version__} has schemas up to {newest}, not "
                          f"{', '.join(too_new)}.", "pip install -U kubernetes-validate, or ask for an older version.")
     is_chart = (directory / "Chart.yaml").is_file()
-    report = CheckReport(directory, "chart" if is_chart else "manifests", versions)
+    report = CheckReport(f"{'chart' if is_chart else 'manifests'} {directory}",
+                         against=f"Kubernetes {' and '.join(versions)}", counts={"objects": 0})
     (check_chart if is_chart else check_manifests)(directory, versions, report)
     return report

@@ -1,0 +1,181 @@
+"""The smoke suite run against one server: what `tbgen test`, `tbgen deploy local`, `tbgen package --test` and
+`tbgen templates check --smoke` share.
+
+A run goes through named phases: **plan** (the checks and fuzz cases, from each model's config.pbtxt and its
+reference.py; before the server starts, so that a broken reference.py fails at once, unless a model leaves its
+tensors to the backend's auto-complete, when only the loaded server knows them), **serve** (start the server,
+every model ready, the load time measured), **check** (the smoke checks, then custom metrics and request
+parameters, which need the checks' requests answered first, then the fuzzer, which sends requests that fail),
+and **report** (the server's statistics, a python stub that stopped answering, sanitizer reports).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_backend_gen.project import ModelEntry, Project
+from triton_backend_gen.runtime.load_failures import require_ready, stub_failures, unanswering_stubs
+from triton_backend_gen.runtime.release_note import ReleaseNote
+from triton_backend_gen.runtime.sanitizers import sanitizer_reports
+from triton_backend_gen.runtime.server import TritonServer
+from triton_backend_gen.signals import stop_on_signals
+from triton_backend_gen.smoke.checks import plan_smoke, served_configs
+from triton_backend_gen.smoke.clients import Endpoints, server_statistics
+from triton_backend_gen.smoke.fuzz import plan_fuzz, run_fuzz
+from triton_backend_gen.smoke.metrics import custom_metrics_results
+from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model_spec, load_model_specs
+from triton_backend_gen.smoke.parameters import request_parameters_results
+from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, run_smoke
+
+STUB_CHECK = "python stub"  # the name of the result that a stub which stopped answering adds (+ its instance)
+
+
+class SuiteProgress:
+    """What a run tells the one watching it; this one tells nothing (the CLI's shows a live status)."""
+
+    def phase(self, text: str) -> None:
+        """The run goes on with ``text`` (building, starting the server, fuzzing ...)."""
+
+    def check(self, check: SmokeCheck) -> None:
+        """``check`` runs now."""
+
+    def result(self, result: SmokeResult) -> None:
+        """A check's (or a late finding's) result."""
+
+
+@dataclass
+class SuiteReport:
+    project: Project
+    server: str  # which tritonserver, e.g. "tritonserver 2.51.0 (embedded wheel)"
+    log_file: Path
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what tbgen changed for the run (e.g. the instance kind)
+    release_note: ReleaseNote | None = None  # the server is of another release than the project
+    results: list[SmokeResult] = field(default_factory=list)
+    statistics: list = field(default_factory=list)  # smoke.ModelStatistics of each model, once the suite ran
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    def add(self, results: list[SmokeResult], progress: SuiteProgress) -> None:
+        for result in results:
+            self.results.append(result)
+            progress.result(result)
+
+
+@dataclass
+class _Plan:
+    """The checks and fuzz cases of a run, and what they were planned from."""
+
+    chosen: ModelEntry | None
+    repository: Path  # the served repository: the project's, or its run copy with another instance kind
+    auto_completed: bool  # a model leaves its tensors to the backend: planned once the server has loaded it
+    checks: list[SmokeCheck] = field(default_factory=list)
+    fuzz_cases: list = field(default_factory=list)
+    served: dict | None = None  # the configs as served, for auto-completed models
+
+
+def run_suite(project: Project, triton: TritonServer, *, model: str | None = None, fuzz: int = 0, seed: int = 0,
+              progress: SuiteProgress | None = None,
+              on_ready: Callable[[float], None] = lambda seconds: None) -> SuiteReport:
+    """Start ``triton`` (stopped again on any way out), smoke-test every model of ``project`` (or ``model``) and
+    send ``fuzz`` malformed requests (fuzzer ``seed``); ``on_ready`` hears how long the server took to load every
+    model, once it has. The report carries the server's statistics of every model the project lists."""
+    progress = progress or SuiteProgress()
+    plan = _plan(project, triton, model, fuzz, seed)
+    report = SuiteReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes),
+                         triton.release_note)
+    started = time.monotonic()
+    progress.phase(f"starting {triton.describe()} and loading the models")
+    with stop_on_signals(), triton:
+        require_ready(project, triton)
+        on_ready(time.monotonic() - started)  # only a load that succeeded sizes the chart's probes
+        endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        if plan.auto_completed:
+            _plan_from_the_server(project, plan, endpoints, fuzz, seed)
+        _check(project, triton, plan, endpoints, report, progress)
+        unanswering = unanswering_stubs(r.detail for r in report.results if not r.passed)
+        alive_stubs = triton.python_stubs() if unanswering else None
+    report.add([SmokeResult(f"{STUB_CHECK} {instance}", "-", False, detail, 0.0)
+                for instance, detail in stub_failures(unanswering, alive_stubs, triton)], progress)
+    if triton.sanitizer_runtimes:
+        report.add([_sanitizer_result(triton)], progress)
+    return report
+
+
+def _plan(project: Project, triton: TritonServer, model: str | None, fuzz: int, seed: int) -> _Plan:
+    """The plan made before the server starts (empty for auto-completed models: see _plan_from_the_server)."""
+    chosen = project.model(model) if model is not None else None
+    served = triton.options.model_repository
+    auto_completed = any(leaves_tensors_to_backend(load_model_spec(m, served)[1]) for m in project.models)
+    plan = _Plan(chosen, served, auto_completed)
+    if not auto_completed:
+        plan.checks = plan_smoke(project, chosen, repository=served)
+        plan.fuzz_cases = plan_fuzz(project, fuzz, seed, chosen, repository=served) if fuzz else []
+    return plan
+
+
+def _plan_from_the_server(project: Project, plan: _Plan, endpoints: Endpoints, fuzz: int, seed: int) -> None:
+    """The plan of a project whose models leave their tensors to auto-complete: from the configs as served."""
+    plan.served = served_configs(project, endpoints, repository=plan.repository)
+    plan.checks = plan_smoke(project, plan.chosen, repository=plan.repository, served=plan.served)
+    if fuzz:
+        plan.fuzz_cases = plan_fuzz(project, fuzz, seed, plan.chosen, repository=plan.repository, served=plan.served)
+
+
+def _check(project: Project, triton: TritonServer, plan: _Plan, endpoints: Endpoints, report: SuiteReport,
+           progress: SuiteProgress) -> None:
+    """The smoke checks, then custom metrics and request parameters (after the checks, all answered, before
+    requests that fail), then the fuzzer; the server's statistics last."""
+    healthy = lambda: triton.running  # noqa: E731
+    report.results += run_smoke(plan.checks, endpoints, is_healthy=healthy, progress=progress.result,
+                                on_start=progress.check)
+    if triton.running:
+        _check_metrics_and_parameters(project, triton, plan, endpoints, report, progress)
+    if plan.fuzz_cases:
+        progress.phase(f"fuzzing: {len(plan.fuzz_cases)} requests")
+        fuzzed = run_fuzz(plan.fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
+        report.add(fuzzed.as_results(), progress)
+    if triton.running:
+        report.statistics = server_statistics(endpoints, [m.name for m in project.models])
+
+
+def _check_metrics_and_parameters(project: Project, triton: TritonServer, plan: _Plan, endpoints: Endpoints,
+                                  report: SuiteReport, progress: SuiteProgress) -> None:
+    """The custom metrics the models declare against the server's statistics, and the request parameters they
+    answer back (model names in the results when the project has several models and all run)."""
+    models = [m for m in project.models if plan.chosen in (None, m)]
+    named = len(project.models) > 1 and plan.chosen is None
+    declared = {m.name: m.metrics for m in models if m.metrics}
+    if declared:
+        progress.phase("custom metrics against the server's statistics")
+        report.add(custom_metrics_results(triton.metrics_url, endpoints, declared, named), progress)
+    with_parameters = [m for m in models if m.parameters]
+    if with_parameters and triton.running:
+        progress.phase("request parameters")
+        answering = _parameter_models(project, with_parameters, plan.repository, plan.served)
+        report.add(request_parameters_results(endpoints, answering, named), progress)
+
+
+def _parameter_models(project: Project, models: list[ModelEntry], repository: Path, served) -> list[tuple]:
+    """(reference, spec, whether the python backend serves it, parameters) of each of ``models``."""
+    found = []
+    for model in models:
+        [(reference, spec, config)] = load_model_specs(project, model, repository, served)
+        based = project.python_based_dir is not None and config.backend == project.backend
+        python = config.backend == "python" or based  # served by the python backend's stub
+        found.append((reference, spec, python, model.parameters))
+    return found
+
+
+def _sanitizer_result(triton: TritonServer) -> SmokeResult:
+    """One result for a sanitizer build's run: passed when the server log holds no sanitizer report."""
+    reports = sanitizer_reports(triton.log_file.read_text(errors="replace"))
+    runtimes = ", ".join(path.name for path in triton.sanitizer_runtimes)
+    detail = (f"{len(reports)} report(s) in {triton.log_file}; the first:\n{reports[0]}" if reports
+              else f"no reports (server ran with {runtimes} preloaded)")
+    return SmokeResult("sanitizer reports", "-", not reports, detail, 0.0)

@@ -80,7 +80,7 @@ SIGNATURES = {
 PARTS = ("cpp", "signatures", "python", "decoupled", "frameworks", "composed", "sequence")
 QUEUE_DELAY = "dynamic_batching { max_queue_delay_microseconds: 100 }"
 
-PER_REQUEST_LOOP = '''\
+PER_REQUEST_LOOP = """\
 import triton_python_backend_utils as pb_utils
 
 
@@ -93,7 +93,7 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("OUTPUT0", in0 + in1), pb_utils.Tensor("OUTPUT1", in0 - in1)]))
         return responses
-'''
+"""
 
 
 # The python+torch baseline of the `frameworks` part: the TorchScript model loaded once, each request of a batch
@@ -188,9 +188,25 @@ def build_reference(dest: Path, source: str, backend: str) -> bytes:
     if library.is_file():  # built by an earlier part of this run
         return library.read_bytes()
     launcher = ["ccache"] if shutil.which("ccache") else []
-    subprocess.run([*launcher, "g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
-                    f"-I{sources / 'core' / 'include'}", f"-I{sources / 'common' / 'include'}", str(HERE / source),
-                    "-o", str(library)], check=True)
+    subprocess.run(
+        [
+            *launcher,
+            "g++",
+            "-O3",
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{sources / 'core' / 'include'}",
+            f"-I{sources / 'common' / 'include'}",
+            str(HERE / source),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
     return library.read_bytes()
 
 
@@ -204,8 +220,9 @@ def inputs_of(size: int) -> dict[str, np.ndarray]:
     return {name: rng.uniform(-10, 10, (1, size)).astype(np.float32) for name in ("INPUT0", "INPUT1")}
 
 
-def measure(project: Path, groups: list[list[str]], concurrency: list[int], args,
-            inputs=None) -> dict[str, object]:
+def measure(
+    project: Path, groups: list[list[str]], concurrency: list[int], args, inputs=None
+) -> dict[str, object]:
     """Each group of models under the same load, in one server, in the order A B ... B A (so that drift of
     the machine during the run weighs on each alike; with --quick, A B ... once); {model: BenchReport with
     each figure averaged}. ``inputs``: {model: that model's request} (default: each project's
@@ -220,16 +237,30 @@ def measure(project: Path, groups: list[list[str]], concurrency: list[int], args
     with prepare_server(loaded) as triton:
         url = f"{triton.http_url},{triton.grpc_url}"
         states = {state.name: state for state in triton.model_states()}
-        not_ready = [f"{m} ({states[m].reason or states[m].state or 'not loaded'})" if m in states else f"{m} (absent)"
-                     for m in models if m not in states or states[m].state != "READY"]
+        not_ready = [
+            f"{m} ({states[m].reason or states[m].state or 'not loaded'})" if m in states else f"{m} (absent)"
+            for m in models
+            if m not in states or states[m].state != "READY"
+        ]
         if not_ready:
-            sys.exit(f"not ready: {', '.join(not_ready)}; server log: {triton.log_file}\n"
-                     f"{log_errors(triton.log_file)}")
+            sys.exit(
+                f"not ready: {', '.join(not_ready)}; server log: {triton.log_file}\n"
+                f"{log_errors(triton.log_file)}"
+            )
         for group in groups:
             for model in group if args.quick else [*group, *reversed(group)]:
-                runs[model].append(run_bench(loaded, model=model, url=url, server_pid=triton.pid,
-                                             concurrency=levels(args, concurrency), seconds=args.seconds,
-                                             tool=args.tool, inputs=(inputs or {}).get(model)))
+                runs[model].append(
+                    run_bench(
+                        loaded,
+                        model=model,
+                        url=url,
+                        server_pid=triton.pid,
+                        concurrency=levels(args, concurrency),
+                        seconds=args.seconds,
+                        tool=args.tool,
+                        inputs=(inputs or {}).get(model),
+                    )
+                )
     return {model: averaged(reports) for model, reports in runs.items()}
 
 
@@ -261,12 +292,16 @@ def averaged(reports: list) -> object:
 
 def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:
     print(f"\n{title}  ({generated.tool}, {generated.protocol})")
-    print(f"  {'conc':>4}  {names[0]:>14}  {names[1]:>14}  {'ratio':>6}  {'p50 us':>15}  {'client/server CPU':>22}")
+    print(
+        f"  {'conc':>4}  {names[0]:>14}  {names[1]:>14}  {'ratio':>6}  {'p50 us':>15}  {'client/server CPU':>22}"
+    )
     for mine, theirs in zip(generated.levels, baseline.levels, strict=True):
         ratio = mine.throughput / theirs.throughput if theirs.throughput else float("inf")
-        print(f"  {mine.concurrency:>4}  {mine.throughput:>12,.0f}/s  {theirs.throughput:>12,.0f}/s  {ratio:>5.2f}x"
-              f"  {mine.p50_us:>6,.0f} /{theirs.p50_us:>7,.0f}  {mine.client_cpu:>4.0%}/{mine.server_cpu:<4.0%} "
-              f"{theirs.client_cpu:>4.0%}/{theirs.server_cpu:<4.0%}")
+        print(
+            f"  {mine.concurrency:>4}  {mine.throughput:>12,.0f}/s  {theirs.throughput:>12,.0f}/s  {ratio:>5.2f}x"
+            f"  {mine.p50_us:>6,.0f} /{theirs.p50_us:>7,.0f}  {mine.client_cpu:>4.0%}/{mine.server_cpu:<4.0%} "
+            f"{theirs.client_cpu:>4.0%}/{theirs.server_cpu:<4.0%}"
+        )
 
 
 def built_model(project: Path) -> tuple[str, dict[str, bytes]]:
@@ -293,26 +328,45 @@ def cpp_pairs(scratch: Path, args) -> None:
     project = new_project(scratch / "bench-cpp", "cpp-backend")
     generated, _ = generated_model(project)
     (project / "model_repository" / "add_sub" / "config.pbtxt").write_text(generated)
-    add_model(project, "add_sub_64k", *generated_model(new_project(scratch / "bench-cpp-64k", "cpp-backend",
-                                                                   dims=str(SIZES["64k"]))))
+    add_model(
+        project,
+        "add_sub_64k",
+        *generated_model(new_project(scratch / "bench-cpp-64k", "cpp-backend", dims=str(SIZES["64k"]))),
+    )
     floor = build_floor(scratch)
     add_model(project, "floor_16", with_backend(generated, "floor_ref"), floor)
     add_model(project, "floor_64k", with_dims(with_backend(generated, "floor_ref"), SIZES["64k"]), floor)
-    external = add_reference_backend(project, Path(args.reference_backend), generated) if args.reference_backend else None
+    external = (
+        add_reference_backend(project, Path(args.reference_backend), generated)
+        if args.reference_backend
+        else None
+    )
     pairs = {"16": ("add_sub", "floor_16"), "64k": ("add_sub_64k", "floor_64k")}
-    groups = [[mine, floor, *([f"reference_{size}"] if external else [])]
-              for size, (mine, floor) in pairs.items()]
+    groups = [
+        [mine, floor, *([f"reference_{size}"] if external else [])] for size, (mine, floor) in pairs.items()
+    ]
     inputs = {}
     for size, (mine, floor) in pairs.items():
-        inputs |= {mine: inputs_of(SIZES[size]), floor: inputs_of(SIZES[size]),
-                   f"reference_{size}": {"INPUT": inputs_of(SIZES[size])["INPUT0"]}}
+        inputs |= {
+            mine: inputs_of(SIZES[size]),
+            floor: inputs_of(SIZES[size]),
+            f"reference_{size}": {"INPUT": inputs_of(SIZES[size])["INPUT0"]},
+        }
     reports = measure(project, groups, [1, 8], args, inputs)
     for size, (mine, floor) in pairs.items():
-        print_pair(f"C++ FP32 [{SIZES[size]}]: generated add/sub vs floor", reports[mine], reports[floor],
-                   ("generated", "floor"))
+        print_pair(
+            f"C++ FP32 [{SIZES[size]}]: generated add/sub vs floor",
+            reports[mine],
+            reports[floor],
+            ("generated", "floor"),
+        )
         if external:
-            print_pair(f"C++ FP32 [{SIZES[size]}]: generated add/sub vs {external} (one input, one output)",
-                       reports[mine], reports[f"reference_{size}"], ("generated", external))
+            print_pair(
+                f"C++ FP32 [{SIZES[size]}]: generated add/sub vs {external} (one input, one output)",
+                reports[mine],
+                reports[f"reference_{size}"],
+                ("generated", external),
+            )
 
 
 def strings(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -321,7 +375,9 @@ def strings(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     lengths = rng.integers(8, 33, count)
     letters = rng.integers(ord("a"), ord("z") + 1, int(lengths.sum()), dtype=np.uint8).tobytes()
     ends = np.cumsum(lengths)
-    return np.array([letters[end - n:end] for n, end in zip(lengths, ends)], dtype=np.object_).reshape(shape)
+    return np.array([letters[end - n : end] for n, end in zip(lengths, ends)], dtype=np.object_).reshape(
+        shape
+    )
 
 
 def signature_inputs(model: str) -> dict[str, np.ndarray]:
@@ -355,17 +411,24 @@ def signature_project(scratch: Path) -> Path:
 def signature_pairs(scratch: Path, args) -> None:
     """Each of SIGNATURES generated against the floor, all in one server."""
     host = signature_project(scratch)
-    titles = {"mixed": "C++ mixed TEXT BYTES [1], IMG FP16 [3,224,224], K INT32 [1] -> SCORES FP32 [1000], "
-                       "LABEL BYTES [1]",
-              "text_1": "C++ BYTES TEXT [1] -> OUT [1] (8-32 byte strings)",
-              "text_64k": "C++ BYTES TEXT [65536] -> OUT [65536] (8-32 byte strings)"}
+    titles = {
+        "mixed": "C++ mixed TEXT BYTES [1], IMG FP16 [3,224,224], K INT32 [1] -> SCORES FP32 [1000], "
+        "LABEL BYTES [1]",
+        "text_1": "C++ BYTES TEXT [1] -> OUT [1] (8-32 byte strings)",
+        "text_64k": "C++ BYTES TEXT [65536] -> OUT [65536] (8-32 byte strings)",
+    }
     groups = [[f"{model}_generated", f"{model}_floor"] for model in SIGNATURES]
-    inputs = {name: signature_inputs(model)
-              for model in SIGNATURES for name in (f"{model}_generated", f"{model}_floor")}
+    inputs = {
+        name: signature_inputs(model)
+        for model in SIGNATURES
+        for name in (f"{model}_generated", f"{model}_floor")
+    }
     reports = measure(host, groups, [1, 8], args, inputs)
     for model in SIGNATURES:
         mine, theirs = f"{model}_generated", f"{model}_floor"
-        print_pair(f"{titles[model]}: generated vs floor", reports[mine], reports[theirs], ("generated", "floor"))
+        print_pair(
+            f"{titles[model]}: generated vs floor", reports[mine], reports[theirs], ("generated", "floor")
+        )
 
 
 def add_reference_backend(project: Path, directory: Path, generated: str) -> str:
@@ -374,11 +437,15 @@ def add_reference_backend(project: Path, directory: Path, generated: str) -> str
     libraries = sorted(directory.glob("libtriton_*.so"))
     if not libraries:
         sys.exit(f"--reference-backend {directory}: no libtriton_<name>.so in it")
-    name = libraries[0].name[len("libtriton_"):-len(".so")]
+    name = libraries[0].name[len("libtriton_") : -len(".so")]
     config = with_backend(generated, name)
-    config = re.sub(r"input \[.*?\n\]\noutput \[.*?\n\]\n",
-                    'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
-                    'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n', config, flags=re.DOTALL)
+    config = re.sub(
+        r"input \[.*?\n\]\noutput \[.*?\n\]\n",
+        'input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]\n',
+        config,
+        flags=re.DOTALL,
+    )
     library = {libraries[0].name: libraries[0].read_bytes()}
     add_model(project, "reference_16", config, library)
     add_model(project, "reference_64k", with_dims(config, SIZES["64k"]), library)
@@ -395,20 +462,30 @@ def python_pairs(scratch: Path, args) -> None:
             (project / "model_repository" / model / "config.pbtxt").write_text(config)
         reports = measure(project, [["add_sub", "add_sub_loop"]], [1, 8, 32], args)
         mode = "dynamic batching 100 us" if dynamic else "no dynamic batching"
-        print_pair(f"Python FP32 [16], {mode}: generated model.py vs per-request loop", reports["add_sub"],
-                   reports["add_sub_loop"], ("generated", "loop"))
+        print_pair(
+            f"Python FP32 [16], {mode}: generated model.py vs per-request loop",
+            reports["add_sub"],
+            reports["add_sub_loop"],
+            ("generated", "loop"),
+        )
 
 
 def decoupled(scratch: Path, args) -> None:
     project = new_project(scratch / "bench-dec", "decoupled-backend", language="cpp")
     build(project)
-    inputs = {"IN": np.arange(16, dtype=np.int32), "DELAY": np.zeros(16, np.uint32), "WAIT": np.zeros(1, np.uint32)}
+    inputs = {
+        "IN": np.arange(16, dtype=np.int32),
+        "DELAY": np.zeros(16, np.uint32),
+        "WAIT": np.zeros(1, np.uint32),
+    }
     (report,) = measure(project, [["repeat_int32"]], [1, 8], args, inputs).values()
     print(f"\nDecoupled C++ repeat, 16 responses per request, no delay  ({report.tool})")
     for level in report.levels:
-        print(f"  {level.concurrency:>2} streams: {level.responses_per_s:>10,.0f} responses/s "
-              f"({level.throughput:,.0f} requests/s, p50 {level.p50_us:,.0f} us, "
-              f"client/server CPU {level.client_cpu:.0%}/{level.server_cpu:.0%})")
+        print(
+            f"  {level.concurrency:>2} streams: {level.responses_per_s:>10,.0f} responses/s "
+            f"({level.throughput:,.0f} requests/s, p50 {level.p50_us:,.0f} us, "
+            f"client/server CPU {level.client_cpu:.0%}/{level.server_cpu:.0%})"
+        )
 
 
 def composed(scratch: Path, args) -> None:
@@ -417,25 +494,39 @@ def composed(scratch: Path, args) -> None:
     steps = ["preprocess", "add_sub", "postprocess"]
     reports = measure(project, [["ensemble", *steps]], [1, 8], args)
     ensemble = reports["ensemble"]
-    print(f"\nEnsemble preprocess (Python) -> add_sub (C++) -> postprocess (Python), FP32 [16]  ({ensemble.tool})")
-    print(f"  {'conc':>4}  {'ensemble':>12}  {'steps in a row':>14}  {'ratio':>6}  {'ensemble p50':>12}  "
-          f"{'sum of p50s':>11}  {'ratio':>6}  steps' p50 us")
+    print(
+        f"\nEnsemble preprocess (Python) -> add_sub (C++) -> postprocess (Python), FP32 [16]  ({ensemble.tool})"
+    )
+    print(
+        f"  {'conc':>4}  {'ensemble':>12}  {'steps in a row':>14}  {'ratio':>6}  {'ensemble p50':>12}  "
+        f"{'sum of p50s':>11}  {'ratio':>6}  steps' p50 us"
+    )
     for index, level in enumerate(ensemble.levels):
         parts = [reports[step].levels[index] for step in steps]
         serial = 1.0 / sum(1.0 / part.throughput for part in parts)
         p50_sum = sum(part.p50_us for part in parts)
-        print(f"  {level.concurrency:>4}  {level.throughput:>10,.0f}/s  {serial:>12,.0f}/s  "
-              f"{level.throughput / serial:>5.2f}x  {level.p50_us:>9,.0f} us  {p50_sum:>8,.0f} us  "
-              f"{level.p50_us / p50_sum:>5.2f}x  " + " + ".join(f"{part.p50_us:,.0f}" for part in parts))
+        print(
+            f"  {level.concurrency:>4}  {level.throughput:>10,.0f}/s  {serial:>12,.0f}/s  "
+            f"{level.throughput / serial:>5.2f}x  {level.p50_us:>9,.0f} us  {p50_sum:>8,.0f} us  "
+            f"{level.p50_us / p50_sum:>5.2f}x  " + " + ".join(f"{part.p50_us:,.0f}" for part in parts)
+        )
     router = new_project(scratch / "bench-bls", "python-backend", pattern="bls")
     reports = measure(router, [["bls_sync", "add_sub"]], [1, 8], args)  # bls_sync's request names add_sub
-    print_pair("Python BLS router (bls_sync -> add_sub) vs add_sub directly, FP32 [16]", reports["bls_sync"],
-               reports["add_sub"], ("via BLS", "direct"))
+    print_pair(
+        "Python BLS router (bls_sync -> add_sub) vs add_sub directly, FP32 [16]",
+        reports["bls_sync"],
+        reports["add_sub"],
+        ("via BLS", "direct"),
+    )
     router = new_project(scratch / "bench-cbls", "cpp-backend", pattern="bls")
     build(router)
     reports = measure(router, [["bls_sync", "add_sub"]], [1, 8], args)
-    print_pair("C++ BLS router (bls_sync -> Python add_sub) vs add_sub directly, FP32 [16]", reports["bls_sync"],
-               reports["add_sub"], ("via BLS", "direct"))
+    print_pair(
+        "C++ BLS router (bls_sync -> Python add_sub) vs add_sub directly, FP32 [16]",
+        reports["bls_sync"],
+        reports["add_sub"],
+        ("via BLS", "direct"),
+    )
 
 
 def torch_site() -> tuple[str | None, str]:
@@ -445,26 +536,44 @@ def torch_site() -> tuple[str | None, str]:
     from triton_backend_gen.scaffold.example_model import python_with
 
     def imports_torch(site: str) -> subprocess.CompletedProcess:
-        code = (f"import sys; sys.path.extend([{site!r}] if {site!r} else []); import numpy, torch; "
-                "torch.from_numpy(numpy.zeros(2, numpy.float32)).numpy()")
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+        code = (
+            f"import sys; sys.path.extend([{site!r}] if {site!r} else []); import numpy, torch; "
+            "torch.from_numpy(numpy.zeros(2, numpy.float32)).numpy()"
+        )
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        )
 
     if imports_torch("").returncode == 0:
         return "", ""
     python = python_with("torch")
     if python is None:
         return None, "no Python here imports torch"
-    probe = subprocess.run([python, "-c", "import os, sys, torch; print(os.path.dirname(os.path.dirname("
-                            "torch.__file__))); print('%d.%d' % sys.version_info[:2])"],
-                           capture_output=True, text=True, timeout=300, check=False)
+    probe = subprocess.run(
+        [
+            python,
+            "-c",
+            "import os, sys, torch; print(os.path.dirname(os.path.dirname("
+            "torch.__file__))); print('%d.%d' % sys.version_info[:2])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if probe.returncode != 0 or len(probe.stdout.split()) != 2:
-        return None, f"{python} did not say where its torch is: {(probe.stderr.strip().splitlines() or ['?'])[-1]}"
+        return (
+            None,
+            f"{python} did not say where its torch is: {(probe.stderr.strip().splitlines() or ['?'])[-1]}",
+        )
     site, version = probe.stdout.split()
     check = imports_torch(site)
     if check.returncode != 0:
         last = (check.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, (f"the python backend's Python {platform.python_version()} cannot import the torch of {python} "
-                      f"(Python {version}, {site}): {last}")
+        return None, (
+            f"the python backend's Python {platform.python_version()} cannot import the torch of {python} "
+            f"(Python {version}, {site}): {last}"
+        )
     return site, ""
 
 
@@ -475,8 +584,9 @@ def framework_pairs(scratch: Path, args) -> None:
 
     projects = {}
     for size, dims in SIZES.items():
-        project = new_project(scratch / f"bench-torch-{size.lower()}", "cpp-backend", framework="libtorch",
-                              dims=str(dims))
+        project = new_project(
+            scratch / f"bench-torch-{size.lower()}", "cpp-backend", framework="libtorch", dims=str(dims)
+        )
         example = write_example_model(load_project(project))
         if not example.written:
             print(f"\nframeworks skipped: no example model.pt ({example.message})")
@@ -495,8 +605,12 @@ def framework_pairs(scratch: Path, args) -> None:
     for size in SIZES:
         add_model(host, f"floor_{size}", with_backend(configs[size][0], "floor_ref"), floor)
         if site is not None:
-            add_model(host, f"torch_py_{size}", with_backend(configs[size][0], "python"),
-                      {"1/model.py": TORCH_PER_REQUEST.encode(), "1/model.pt": projects[size][1]})
+            add_model(
+                host,
+                f"torch_py_{size}",
+                with_backend(configs[size][0], "python"),
+                {"1/model.py": TORCH_PER_REQUEST.encode(), "1/model.pt": projects[size][1]},
+            )
     if site is None:
         print(f"\npython+torch baseline skipped: {why_not}")
     elif site:
@@ -506,20 +620,31 @@ def framework_pairs(scratch: Path, args) -> None:
     ratios: dict[tuple[str, str], list[float]] = {}
     try:
         mine_of = {"16": "add_sub", "64k": "add_sub_64k"}
-        groups = [[mine_of[size], *([f"torch_py_{size}"] if site is not None else []), f"floor_{size}"]
-                  for size in SIZES]
-        requests = {model: inputs_of(SIZES[size])
-                    for size, group in zip(SIZES, groups, strict=True) for model in group}
+        groups = [
+            [mine_of[size], *([f"torch_py_{size}"] if site is not None else []), f"floor_{size}"]
+            for size in SIZES
+        ]
+        requests = {
+            model: inputs_of(SIZES[size])
+            for size, group in zip(SIZES, groups, strict=True)
+            for model in group
+        }
         reports = measure(host, groups, [1, 8], args, requests)
         for size, mine in mine_of.items():
             python, floor_model = f"torch_py_{size}", f"floor_{size}"
             for baseline, name in ((python, "python+torch"), (floor_model, "floor")):
                 if baseline in reports:
-                    print_pair(f"libtorch FP32 [{SIZES[size]}]: generated vs {name}" +
-                               (" per request" if baseline == python else ""), reports[mine], reports[baseline],
-                               ("generated", name))
-                    ratios[size, name] = [m.throughput / t.throughput if t.throughput else float("inf")
-                                          for m, t in zip(reports[mine].levels, reports[baseline].levels)]
+                    print_pair(
+                        f"libtorch FP32 [{SIZES[size]}]: generated vs {name}"
+                        + (" per request" if baseline == python else ""),
+                        reports[mine],
+                        reports[baseline],
+                        ("generated", name),
+                    )
+                    ratios[size, name] = [
+                        m.throughput / t.throughput if t.throughput else float("inf")
+                        for m, t in zip(reports[mine].levels, reports[baseline].levels)
+                    ]
     finally:
         if before is None:
             os.environ.pop(TORCH_SITE_ENV, None)
@@ -532,16 +657,21 @@ def print_framework_goals(ratios: dict[tuple[str, str], list[float]]) -> None:
     """The issue's goals for the libtorch backend, from {(size, baseline): ratios at concurrency 1 and 8}: faster
     than python+torch at every point; within 10% of the floor where the model's compute is negligible ([16]; at
     [65536] add/sub over 2 x 256 KiB per request is the model's own work, so that ratio is shown, not judged)."""
+
     def verdict(values: list[float], bound: float) -> str:
         return f"{'met' if min(values) >= bound else 'NOT met'} (lowest {min(values):.2f}x)"
 
     python = [r for (_, name), values in ratios.items() if name == "python+torch" for r in values]
     print("\nGoals of the libtorch backend:")
-    print("  faster than python+torch at every point: " +
-          (verdict(python, 1.0) if python else "not measured (no python+torch baseline)"))
+    print(
+        "  faster than python+torch at every point: "
+        + (verdict(python, 1.0) if python else "not measured (no python+torch baseline)")
+    )
     print(f"  within 10% of the floor at [{SIZES['16']}]: {verdict(ratios['16', 'floor'], 0.9)}")
-    print(f"  vs the floor at [{SIZES['64k']}] (the model's compute counts): " +
-          ", ".join(f"{r:.2f}x" for r in ratios["64k", "floor"]))
+    print(
+        f"  vs the floor at [{SIZES['64k']}] (the model's compute counts): "
+        + ", ".join(f"{r:.2f}x" for r in ratios["64k", "floor"])
+    )
 
 
 def sequence_pairs(scratch: Path, args) -> None:
@@ -556,23 +686,48 @@ def sequence_pairs(scratch: Path, args) -> None:
     direct, _ = built_model(project)
     oldest = built_model(new_project(scratch / "bench-seq-oldest", "cpp-backend", sequence="oldest"))
     add_model(project, "accumulate_oldest", *oldest)
-    add_model(project, "accumulate_state", *built_model(new_project(scratch / "bench-seq-state", "cpp-backend",
-                                                                    sequence="direct", implicit_state=True)))
-    add_model(project, "stateless", *generated_model(new_project(scratch / "bench-stateless", "cpp-backend",
-                                                                 signature=signature)))
+    add_model(
+        project,
+        "accumulate_state",
+        *built_model(
+            new_project(scratch / "bench-seq-state", "cpp-backend", sequence="direct", implicit_state=True)
+        ),
+    )
+    add_model(
+        project,
+        "stateless",
+        *generated_model(new_project(scratch / "bench-stateless", "cpp-backend", signature=signature)),
+    )
     floor = build_floor(scratch)
     add_model(project, "floor_direct", with_backend(direct, "floor_ref"), floor)
     add_model(project, "floor_oldest", with_backend(oldest[0], "floor_ref"), floor)
     inputs = {"INPUT": np.random.default_rng(0).uniform(-10, 10, (1, 16)).astype(np.float32)}
-    models = ["accumulate", "accumulate_oldest", "accumulate_state", "stateless", "floor_direct", "floor_oldest"]
+    models = [
+        "accumulate",
+        "accumulate_oldest",
+        "accumulate_state",
+        "stateless",
+        "floor_direct",
+        "floor_oldest",
+    ]
     reports = measure(project, [models], [1, 8], args, {model: inputs for model in models})
-    for model, what, floor_model in (("accumulate", "direct", "floor_direct"),
-                                     ("accumulate_oldest", "oldest", "floor_oldest"),
-                                     ("accumulate_state", "direct, implicit state", "floor_direct")):
-        print_pair(f"C++ sequence accumulator ({what}) vs stateless, FP32 [16]", reports[model], reports["stateless"],
-                   ("sequence", "stateless"))
-        print_pair(f"C++ sequence accumulator ({what}) vs the floor under the same sequence batching",
-                   reports[model], reports[floor_model], ("sequence", "floor"))
+    for model, what, floor_model in (
+        ("accumulate", "direct", "floor_direct"),
+        ("accumulate_oldest", "oldest", "floor_oldest"),
+        ("accumulate_state", "direct, implicit state", "floor_direct"),
+    ):
+        print_pair(
+            f"C++ sequence accumulator ({what}) vs stateless, FP32 [16]",
+            reports[model],
+            reports["stateless"],
+            ("sequence", "stateless"),
+        )
+        print_pair(
+            f"C++ sequence accumulator ({what}) vs the floor under the same sequence batching",
+            reports[model],
+            reports[floor_model],
+            ("sequence", "floor"),
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -582,17 +737,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="5s", help="measurement time per level")
     parser.add_argument("--tool", default="auto", choices=("auto", "perf_analyzer", "builtin"))
-    parser.add_argument("--only", action="append", choices=PARTS,
-                        help=f"run only these parts (repeatable; default: all {len(PARTS)})")
-    parser.add_argument("--reference-backend", metavar="DIR",
-                        help="also compare with the backend built in DIR (libtriton_<name>.so with one FP32 input INPUT "
-                             "and one output OUTPUT, such as Triton's recommended example; built by you, never committed)")
-    parser.add_argument("--work-dir", metavar="DIR", type=Path,
-                        help="keep the projects, builds and server logs in DIR, new or empty "
-                             "(default: a temporary directory)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: concurrency 1 only, each model measured once (the tables, "
-                             "not the figures)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=PARTS,
+        help=f"run only these parts (repeatable; default: all {len(PARTS)})",
+    )
+    parser.add_argument(
+        "--reference-backend",
+        metavar="DIR",
+        help="also compare with the backend built in DIR (libtriton_<name>.so with one FP32 input INPUT "
+        "and one output OUTPUT, such as Triton's recommended example; built by you, never committed)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        type=Path,
+        help="keep the projects, builds and server logs in DIR, new or empty "
+        "(default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: concurrency 1 only, each model measured once (the tables, not the figures)",
+    )
     args = parser.parse_args(argv)
     args.seconds = parse_duration(args.duration)
     args.parts = list(dict.fromkeys(args.only or PARTS))
@@ -604,12 +772,23 @@ def main() -> None:
 
     args = parse_args()
     if cached_sources(f"r{RELEASE}") is None:
-        sys.exit(f"Triton r{RELEASE} sources are not in {sources_dir()}: fill the cache first (tbgen deps fetch).")
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};"
-          " client and server share the CPUs" + ("; --quick: a smoke run, its figures mean nothing"
-                                                 if args.quick else ""))
-    parts = {"cpp": cpp_pairs, "signatures": signature_pairs, "python": python_pairs, "decoupled": decoupled,
-             "frameworks": framework_pairs, "composed": composed, "sequence": sequence_pairs}
+        sys.exit(
+            f"Triton r{RELEASE} sources are not in {sources_dir()}: fill the cache first (tbgen deps fetch)."
+        )
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};"
+        " client and server share the CPUs"
+        + ("; --quick: a smoke run, its figures mean nothing" if args.quick else "")
+    )
+    parts = {
+        "cpp": cpp_pairs,
+        "signatures": signature_pairs,
+        "python": python_pairs,
+        "decoupled": decoupled,
+        "frameworks": framework_pairs,
+        "composed": composed,
+        "sequence": sequence_pairs,
+    }
     if args.work_dir is not None:
         args.work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tbgen-bench-backends-") as temporary:

@@ -22,8 +22,13 @@ from pathlib import Path
 
 def tbgen(*args: str, env: dict[str, str]) -> float:
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "triton_backend_gen", *args], capture_output=True, text=True,
-                            env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         sys.exit(f"tbgen {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
@@ -36,22 +41,37 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triton-version", default="24.10")
-    parser.add_argument("--ccache", action="store_true",
-                        help="keep the compiler cache on (a smoke run: the first build is then not cold)")
+    parser.add_argument(
+        "--ccache",
+        action="store_true",
+        help="keep the compiler cache on (a smoke run: the first build is then not cold)",
+    )
     args = parser.parse_args()
     release = versions.resolve(args.triton_version)
     if cached_sources(release.branch) is None:
-        sys.exit(f"Triton {release.branch} sources are not in {sources_dir()}: fill the cache first (tbgen deps).")
+        sys.exit(
+            f"Triton {release.branch} sources are not in {sources_dir()}: fill the cache first (tbgen deps)."
+        )
 
     with tempfile.TemporaryDirectory(prefix="tbgen-bench-build-") as scratch:
         project = Path(scratch) / "bench-backend"
         env = dict(os.environ) if args.ccache else {**os.environ, "CCACHE_DISABLE": "1"}
-        tbgen("new", str(project), "-t", "cpp-backend", "--no-input", "--triton-version", release.container,
-              env=env)
+        tbgen(
+            "new",
+            str(project),
+            "-t",
+            "cpp-backend",
+            "--no-input",
+            "--triton-version",
+            release.container,
+            env=env,
+        )
         source = project / "src" / "bench_backend.cc"
         if not source.is_file():  # touching a file the build does not compile would time a no-op rebuild
-            sys.exit(f"{source.relative_to(project)} is not in the rendered project: the template changed, "
-                     "update bench/build.py")
+            sys.exit(
+                f"{source.relative_to(project)} is not in the rendered project: the template changed, "
+                "update bench/build.py"
+            )
         cold = tbgen("build", str(project), env=env)
         noop = tbgen("build", str(project), env=env)
         source.touch()

@@ -15,10 +15,22 @@ import sys
 import time
 
 GOAL_S = 0.7
-SLOW_MODULES = ("numpy", "docker", "tritonclient", "grpc", "google.protobuf", "cookiecutter", "jinja2", "yaml",
-                "kubernetes_validate", "jsonschema")
-PROBE = ("import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
-         f"print('slow:', ','.join(m for m in {SLOW_MODULES!r} if m in sys.modules))\n")
+SLOW_MODULES = (
+    "numpy",
+    "docker",
+    "tritonclient",
+    "grpc",
+    "google.protobuf",
+    "cookiecutter",
+    "jinja2",
+    "yaml",
+    "kubernetes_validate",
+    "jsonschema",
+)
+PROBE = (
+    "import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+    f"print('slow:', ','.join(m for m in {SLOW_MODULES!r} if m in sys.modules))\n"
+)
 
 
 def median_seconds(argv: list[str], runs: int) -> float:
@@ -41,7 +53,9 @@ def main() -> None:
     }
     medians = {name: median_seconds(argv, args.runs) for name, argv in commands.items()}
     probe = subprocess.run([sys.executable, "-c", PROBE], check=True, capture_output=True, text=True)
-    imported = next(line for line in probe.stdout.splitlines() if line.startswith("slow:")).removeprefix("slow:")
+    imported = next(line for line in probe.stdout.splitlines() if line.startswith("slow:")).removeprefix(
+        "slow:"
+    )
     print(f"runs: {args.runs}, python {sys.version.split()[0]}")
     for name, median in medians.items():
         print(f"{name:>16}: median {median * 1000:7.1f} ms")

@@ -34,7 +34,16 @@ def main() -> None:
 
     commands = {
         "cookiecutter": [sys.executable, "-m", "cookiecutter", str(TEMPLATES / args.template), "--no-input"],
-        "tbgen new": [sys.executable, "-m", "triton_backend_gen", "new", "my-backend", "-t", args.template, "--no-input"],
+        "tbgen new": [
+            sys.executable,
+            "-m",
+            "triton_backend_gen",
+            "new",
+            "my-backend",
+            "-t",
+            args.template,
+            "--no-input",
+        ],
     }
     samples: dict[str, list[float]] = {name: [] for name in commands}
     with tempfile.TemporaryDirectory() as scratch:

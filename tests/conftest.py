@@ -47,12 +47,16 @@ def cmake_fits_or_skip(release) -> None:
     """Skip unless tbgen's cmake is new enough for ``release`` (a versions.Release) to configure."""
     from triton_backend_gen.toolchain.cmake import cmake_executable
 
-    output = subprocess.run([cmake_executable(), "--version"], capture_output=True, text=True, check=True).stdout
+    output = subprocess.run(
+        [cmake_executable(), "--version"], capture_output=True, text=True, check=True
+    ).stdout
     have = tuple(int(part) for part in output.split()[2].split(".")[:3])
     needed = tuple(int(part) for part in release.min_cmake.split("."))
     if have < needed:
-        pytest.skip(f"backend {release.branch} needs CMake >= {release.min_cmake}, {cmake_executable()} is "
-                    f"{'.'.join(map(str, have))} (pip install 'cmake>={release.min_cmake}')")
+        pytest.skip(
+            f"backend {release.branch} needs CMake >= {release.min_cmake}, {cmake_executable()} is "
+            f"{'.'.join(map(str, have))} (pip install 'cmake>={release.min_cmake}')"
+        )
 
 
 @pytest.fixture
@@ -100,28 +104,41 @@ def require_pybind11():
     from triton_backend_gen.toolchain.cmake import cmake_executable
 
     if importlib.util.find_spec("pybind11") is None:
-        pytest.skip("pybind11 is not installed for this Python (pip install pybind11, or tbgen's build extra)")
+        pytest.skip(
+            "pybind11 is not installed for this Python (pip install pybind11, or tbgen's build extra)"
+        )
     if not shutil.which(cmake_executable()):
         pytest.skip("cmake is not installed")
 
 
 def template_files(project: Path) -> set[str]:
     """The files a template rendered into ``project``: all but tbgen's generation record (tests/update tests it)."""
-    return {str(path.relative_to(project)) for path in project.rglob("*")
-            if path.is_file() and path.relative_to(project).parts[0] != ".tbgen"}
+    return {
+        str(path.relative_to(project))
+        for path in project.rglob("*")
+        if path.is_file() and path.relative_to(project).parts[0] != ".tbgen"
+    }
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes (a git repository's .git aside), to compare a tree before/after."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.relative_to(root).parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
 
 
 def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedProcess:
     """A real `tbgen` process (wide Rich output so messages are not wrapped)."""
     return subprocess.run(
-        [sys.executable, "-m", "triton_backend_gen", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=timeout, check=False, env={**os.environ, "COLUMNS": "250", **(env or {})},
+        [sys.executable, "-m", "triton_backend_gen", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "COLUMNS": "250", **(env or {})},
     )
 
 
@@ -230,7 +247,9 @@ def interleaved_sequences(reference, lengths: list[int], send) -> None:
             for step in range(lengths[n]):
                 history.append(reference.make_inputs(batch, seed=100 * n + step))
                 outputs = send(n, history[-1], step == 0, step == lengths[n] - 1)
-                mismatches = output_mismatches(outputs, reference.compute_sequence(history)[-1], reference.TOLERANCE)
+                mismatches = output_mismatches(
+                    outputs, reference.compute_sequence(history)[-1], reference.TOLERANCE
+                )
                 assert not mismatches, (f"sequence {n}, request {step}", mismatches)
         except BaseException as err:  # noqa: BLE001 - reported below
             failures.append(err)
@@ -270,9 +289,14 @@ def replace_once(path: Path, old: str, new: str) -> None:
 
 def commit_all(project: Path) -> None:
     """Commit everything in ``project`` (a git repository is made there first if needed)."""
+
     def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=project,
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+            cwd=project,
+            check=True,
+            capture_output=True,
+        )
 
     if not (project / ".git").exists():
         git("init", "-q")

@@ -157,26 +157,39 @@ def _probed_version(executable: str, _size: int, _mtime_ns: int, library_dirs: t
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join([*library_dirs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
     try:
-        result = subprocess.run(command, capture_output=True, text=True, errors="replace", env=env, timeout=60,
-                                stdin=subprocess.DEVNULL, check=False)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=env,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ServerError(f"{executable} could not be run to read its version: {err}") from err
     output = result.stdout + result.stderr
     match = _VERSION_IN_LOG.search(output)
     if match is None:
         tail = "\n".join(output.strip().splitlines()[-5:])
-        raise ServerError(f"{executable} did not report its version (exit status {result.returncode}):\n{tail}")
+        raise ServerError(
+            f"{executable} did not report its version (exit status {result.returncode}):\n{tail}"
+        )
     return match.group(1)
 
 
 def python_version_of(python: Path) -> str:
-    """"3.11" for the interpreter at ``python``."""
+    """ "3.11" for the interpreter at ``python``."""
     if Path(python) == Path(sys.executable):
         return f"{sys.version_info.major}.{sys.version_info.minor}"
     try:
         result = subprocess.run(
             [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=30, check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError) as err:
         raise ServerError(f"cannot run the Python interpreter {python}: {err}") from err
@@ -192,7 +205,9 @@ def _candidates(explicit: Path | None) -> list[tuple[str, Path | None, str]]:
     from_env = os.environ.get(ENV_VARIABLE)
     candidates.append((SOURCE_ENV, Path(from_env), "") if from_env else (SOURCE_ENV, None, "not set"))
     on_path = shutil.which("tritonserver")
-    candidates.append((SOURCE_PATH, Path(on_path), "") if on_path else (SOURCE_PATH, None, "no tritonserver on PATH"))
+    candidates.append(
+        (SOURCE_PATH, Path(on_path), "") if on_path else (SOURCE_PATH, None, "no tritonserver on PATH")
+    )
     default = DEFAULT_ROOT / "bin" / "tritonserver"
     label = str(DEFAULT_ROOT)  # "/opt/tritonserver"
     candidates.append((label, default, "") if default.is_file() else (label, None, f"no {default}"))

@@ -96,8 +96,10 @@ def ensure_image(client: Any, image: str) -> None:
     try:
         client.images.get(image)
     except docker_errors.ImageNotFound as err:
-        raise ServerError(f"The image {image} is not on this Docker engine.",
-                          f"Pull it: docker pull {image}   (or pass --image NAME for another image)") from err
+        raise ServerError(
+            f"The image {image} is not on this Docker engine.",
+            f"Pull it: docker pull {image}   (or pass --image NAME for another image)",
+        ) from err
 
 
 def gpu_requests(client: Any, gpu: bool) -> list[Any]:
@@ -147,7 +149,6 @@ def orphans(containers: Iterable[Any], host: str | None = None) -> list[Any]:
     return found
 
 
-
 # --- specs and runs ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Mount:
@@ -159,9 +160,17 @@ class Mount:
         return str(self.source), {"bind": str(self.target), "mode": "ro" if self.read_only else "rw"}
 
 
-def script_spec(image: str, script: str, mounts: Iterable[Mount], role: str, labelled: Path, *,
-                working_dir: Path | None = None, environment: dict[str, str] | None = None,
-                user: str | None = None) -> dict[str, Any]:
+def script_spec(
+    image: str,
+    script: str,
+    mounts: Iterable[Mount],
+    role: str,
+    labelled: Path,
+    *,
+    working_dir: Path | None = None,
+    environment: dict[str, str] | None = None,
+    user: str | None = None,
+) -> dict[str, Any]:
     """Keyword arguments of ``client.containers.create`` for a container that runs ``script`` with sh: host
     networking, the invoking user (or ``user``) with HOME=/tmp and ``environment``, labels naming ``role`` and
     ``labelled`` (the project)."""
@@ -206,8 +215,9 @@ class LogPump:
         self._thread.join(timeout)
 
 
-def run_container(client: Any, spec: dict[str, Any], log_file: Path,
-                  on_line: Callable[[str], None] | None = None) -> int:
+def run_container(
+    client: Any, spec: dict[str, Any], log_file: Path, on_line: Callable[[str], None] | None = None
+) -> int:
     """Run a container to its end with its output in ``log_file``; its exit status. The container is removed
     afterwards, also on error and Ctrl-C."""
     log_file.parent.mkdir(parents=True, exist_ok=True)

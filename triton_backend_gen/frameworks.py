@@ -20,7 +20,9 @@ NONE = "none"
 class Framework:
     name: str  # the `framework` answer
     title: str
-    model_file: str  # the default file in <model>/<version>/ (config.pbtxt's default_model_filename overrides)
+    model_file: (
+        str  # the default file in <model>/<version>/ (config.pbtxt's default_model_filename overrides)
+    )
     python_module: str  # what export_model.py imports
     python_package: str  # how to get a Python that has it
     dev_packages: tuple[str, ...]  # Debian/Ubuntu packages with the C++ headers and libraries
@@ -32,14 +34,20 @@ FRAMEWORKS: dict[str, Framework] = {
     f.name: f
     for f in (
         Framework(
-            "libtorch", "LibTorch (TorchScript)", "model.pt", "torch",
+            "libtorch",
+            "LibTorch (TorchScript)",
+            "model.pt",
+            "torch",
             "Debian's python3-torch (the same version as libtorch-dev), or pip install torch==<libtorch's version>",
             ("libtorch-dev",),
             ("BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"),
             optional_inputs=True,
         ),
         Framework(
-            "opencv-dnn", "OpenCV DNN (ONNX)", "model.onnx", "onnx",
+            "opencv-dnn",
+            "OpenCV DNN (ONNX)",
+            "model.onnx",
+            "onnx",
             "pip install 'onnx<1.18' (a newer onnx needs numpy 2, which Triton 2.51's python stub cannot use)",
             ("libopencv-dnn-dev",),
             ("FP32",),
@@ -65,8 +73,10 @@ def check_signature(name: str, signature: Signature, *, own: bool, batching: boo
     _check_datatypes(chosen, signature)
     optional = [t.name for t in signature.inputs if t.optional]
     if optional and not chosen.optional_inputs:
-        raise AnswerError(f"{chosen.title} models take every input: {', '.join(optional)} cannot be "
-                          "optional.", "Drop :optional from those inputs.")
+        raise AnswerError(
+            f"{chosen.title} models take every input: {', '.join(optional)} cannot be optional.",
+            "Drop :optional from those inputs.",
+        )
     if name == "opencv-dnn" and own:
         _check_opencv_example(signature, batching)
 
@@ -87,8 +97,9 @@ def _check_opencv_example(signature: Signature, batching: bool) -> None:
     """AnswerError unless the OpenCV DNN example model can be exported for the user's own ``signature``: it
     needs a batch dimension and tensors of one fixed dimension each."""
     # What OpenCV 4.6 imports of the placeholder graph (Abs, Sign, ReduceSum, Expand) correctly.
-    shaped = [t.name for t in (*signature.inputs, *signature.outputs)
-              if len(t.backend_dims) != 1 or -1 in t.dims]
+    shaped = [
+        t.name for t in (*signature.inputs, *signature.outputs) if len(t.backend_dims) != 1 or -1 in t.dims
+    ]
     if not batching or shaped:
         raise AnswerError(
             "The OpenCV DNN example model for a signature of your own needs a batch dimension "

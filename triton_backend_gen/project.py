@@ -34,8 +34,12 @@ class BackendKind(enum.Enum):
     """What serves the project's models."""
 
     CPP = "cpp"  # a C++ backend library built by CMake (cpp-backend, decoupled-backend with language=cpp)
-    PYTHON = "python"  # models of Triton's python backend (python-backend, decoupled-backend with language=python)
-    PYTHON_BASED = "python-based"  # a Python-based backend: backends/<backend>/model.py beside the python backend
+    PYTHON = (
+        "python"  # models of Triton's python backend (python-backend, decoupled-backend with language=python)
+    )
+    PYTHON_BASED = (
+        "python-based"  # a Python-based backend: backends/<backend>/model.py beside the python backend
+    )
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,9 @@ class ModelEntry:
     decoupled: bool = False
     reference: Path | None = None  # its numpy reference: <root>/reference.py unless [[models]] names another
     pattern: str = ""  # how it composes other models: bls, bls-async, bls-decoupled, ensemble ("" for none)
-    backend: str | None = None  # the backend serving it when it is not the project's (a python model beside C++)
+    backend: str | None = (
+        None  # the backend serving it when it is not the project's (a python model beside C++)
+    )
     calls: tuple[str, ...] = ()  # the models a composed model sends requests to
     metrics: tuple[str, ...] = ()  # the custom metric families it publishes (checked by tbgen test)
     # request parameters it answers back as response parameters: (name, the value it answers when absent)
@@ -107,12 +113,15 @@ class Project:
     def model(self, name: str | None) -> ModelEntry:
         """The model called ``name`` (the first model for None); UsageError naming the models otherwise."""
         if not self.models:
-            raise ProjectError(f"{self.project_file} lists no models.", "Add a [[models]] entry (see docs/templates.md).")
+            raise ProjectError(
+                f"{self.project_file} lists no models.", "Add a [[models]] entry (see docs/templates.md)."
+            )
         for model in self.models:
             if name in (None, model.name):
                 return model
-        raise UsageError(f"{self.name} has no model {name!r}.",
-                         f"Its models: {', '.join(m.name for m in self.models)}.")
+        raise UsageError(
+            f"{self.name} has no model {name!r}.", f"Its models: {', '.join(m.name for m in self.models)}."
+        )
 
     def project_option(self) -> str:
         """What a suggested command adds to name this project: "" when the current directory is in it, else
@@ -202,7 +211,9 @@ def load_project(path: Path) -> Project:
     try:
         return parse_project(root, toml_tables(file.read_text()))
     except tomllib.TOMLDecodeError as err:
-        raise ProjectError(f"{file} is not valid TOML: {err}", "Fix the file or render the project again.") from err
+        raise ProjectError(
+            f"{file} is not valid TOML: {err}", "Fix the file or render the project again."
+        ) from err
     except UnknownReleaseError as err:
         raise ProjectError(f"{file}: {err.message}", err.hint) from err
     except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -252,7 +263,8 @@ def parse_project(root: Path, data: dict[str, Any]) -> Project:
         model_repository=repository,
         models=tuple(_model_entry(root, repository, m) for m in data.get("models", [])),
         native=NativeSpec(root / native["source_dir"], str(native["module"]), root / native["install_dir"])
-        if native else None,
+        if native
+        else None,
         python_based_dir=root / str(based.get("dir", f"backends/{proj['backend']}")) if based else None,
         framework=str(proj.get("framework", "none")),
         answers=dict(answers),
@@ -271,8 +283,11 @@ def _backend_kind(language: str, *, python_based: bool) -> BackendKind:
 def _model_entry(root: Path, repository: Path, table: dict[str, Any]) -> ModelEntry:
     """One [[models]] table as a ModelEntry."""
     return ModelEntry(
-        str(table["name"]), repository / str(table["name"]), bool(table.get("decoupled", False)),
-        root / str(table.get("reference", "reference.py")), str(table.get("pattern", "")),
+        str(table["name"]),
+        repository / str(table["name"]),
+        bool(table.get("decoupled", False)),
+        root / str(table.get("reference", "reference.py")),
+        str(table.get("pattern", "")),
         str(table["backend"]) if "backend" in table else None,
         tuple(str(name) for name in table.get("calls", ())),
         tuple(str(name) for name in table.get("metrics", ())),

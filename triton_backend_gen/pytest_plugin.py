@@ -64,7 +64,9 @@ class ServerHandle:
     def _client(self, protocol: str, url: str | None, variable: str, options: dict[str, Any]):
         if url is None:
             pytest.skip(f"no {protocol.upper()} URL for the Triton server under test (set {variable})")
-        module = pytest.importorskip(f"tritonclient.{protocol}", reason=f"pip install 'tritonclient[{protocol}]'")
+        module = pytest.importorskip(
+            f"tritonclient.{protocol}", reason=f"pip install 'tritonclient[{protocol}]'"
+        )
         client = module.InferenceServerClient(url, **options)
         self._clients.append(client)
         return client

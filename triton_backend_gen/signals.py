@@ -44,7 +44,9 @@ def _handled(signals: tuple[int, ...], handler) -> Iterator[None]:
             signal.signal(signum, before)
 
 
-def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> AbstractContextManager[None]:
+def stop_on_signals(
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP),
+) -> AbstractContextManager[None]:
     """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt); outside
     the main thread the block runs unchanged."""
 

@@ -146,8 +146,11 @@ class Signature:
 
     def context(self) -> dict[str, Any]:
         """The cookiecutter variable ``signature``."""
-        return {"inputs": [t.table() for t in self.inputs], "outputs": [t.table() for t in self.outputs],
-                "config": self.config}
+        return {
+            "inputs": [t.table() for t in self.inputs],
+            "outputs": [t.table() for t in self.outputs],
+            "config": self.config,
+        }
 
     def describe(self) -> str:
         def side(tensors: Iterable[Tensor]) -> str:
@@ -166,10 +169,15 @@ def parse_tensor(text: str, *, output: bool = False) -> Tensor:
     if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3].strip().lower() != "optional"):
         raise AnswerError(f"{flag} {text!r} does not read as {FLAG_GRAMMAR}.", f"Example: {FLAG_EXAMPLE}")
     if len(parts) == 4 and output:
-        raise AnswerError(f"--output {text!r}: outputs cannot be optional.", "Drop ':optional' from the output.")
+        raise AnswerError(
+            f"--output {text!r}: outputs cannot be optional.", "Drop ':optional' from the output."
+        )
     name, dtype, dims = (p.strip() for p in parts[:3])
     return Tensor(
-        check_tensor_name(name), datatype(dtype).wire, parse_dims(dims, what=f"{flag} {name} dims"), len(parts) == 4
+        check_tensor_name(name),
+        datatype(dtype).wire,
+        parse_dims(dims, what=f"{flag} {name} dims"),
+        len(parts) == 4,
     )
 
 
@@ -194,7 +202,9 @@ def _tensor_from_table(table: Any, where: str, *, output: bool) -> Tensor:
     _check_table_keys(table, where)
     optional = table.get("optional", False)
     if not isinstance(optional, bool):
-        raise AnswerError(f"{where}: optional must be true or false, got {optional!r}.", "Example: optional = true")
+        raise AnswerError(
+            f"{where}: optional must be true or false, got {optional!r}.", "Example: optional = true"
+        )
     if optional and output:
         raise AnswerError(f"{where}: outputs cannot be optional.", "Drop optional from the output.")
     name = check_tensor_name(table["name"])
@@ -218,9 +228,10 @@ def _check_table_keys(table: Any, where: str) -> None:
         raise AnswerError(f"{where} must be a table with name, datatype and dims, got {table!r}.", example)
     unknown = sorted(set(table) - {"name", "datatype", "dims", "optional", "reshape", "label_filename"})
     if unknown:
-        raise AnswerError(f"{where} has unknown keys {', '.join(unknown)}.",
-                          "A tensor has name, datatype, dims, and optional (inputs) or label_filename "
-                          "(outputs).")
+        raise AnswerError(
+            f"{where} has unknown keys {', '.join(unknown)}.",
+            "A tensor has name, datatype, dims, and optional (inputs) or label_filename (outputs).",
+        )
     missing = next((key for key in ("name", "datatype", "dims") if key not in table), None)
     if missing is not None:
         raise AnswerError(f"{where} lacks {missing}.", example)
@@ -229,8 +240,9 @@ def _check_table_keys(table: Any, where: str) -> None:
 def _label_filename(label: Any, where: str, *, output: bool) -> str | None:
     """A table's label_filename: None, or on an output, the name of a file beside config.pbtxt."""
     if label is not None and (not output or not isinstance(label, str) or "/" in label or not label.strip()):
-        raise AnswerError(f"{where}: label_filename must be a file name, on an output.",
-                          'Example: "labels.txt"')
+        raise AnswerError(
+            f"{where}: label_filename must be a file name, on an output.", 'Example: "labels.txt"'
+        )
     return label
 
 
@@ -238,8 +250,10 @@ def from_tables(inputs: Any, outputs: Any, where: str = "signature") -> Signatur
     """The signature of ``[[models.inputs]]``/``[[models.outputs]]`` tables (or the cookiecutter variable)."""
     for key, value in (("inputs", inputs), ("outputs", outputs)):
         if not isinstance(value, list):
-            raise AnswerError(f"{where}.{key} must be a list of tables, got {value!r}.",
-                              f'Example: [[models.{key}]] name = "X" datatype = "FP32" dims = [4]')
+            raise AnswerError(
+                f"{where}.{key} must be a list of tables, got {value!r}.",
+                f'Example: [[models.{key}]] name = "X" datatype = "FP32" dims = [4]',
+            )
     return Signature(
         tuple(_tensor_from_table(t, f"{where}.inputs[{i}]", output=False) for i, t in enumerate(inputs)),
         tuple(_tensor_from_table(t, f"{where}.outputs[{i}]", output=True) for i, t in enumerate(outputs)),
@@ -248,14 +262,21 @@ def from_tables(inputs: Any, outputs: Any, where: str = "signature") -> Signatur
 
 def from_context(value: Any, where: str = "signature") -> Signature | None:
     """The cookiecutter variable (``{"inputs": [...], "outputs": [...]}``) as a Signature; None when empty."""
-    if value in (None, "", {}) or (isinstance(value, Mapping) and not value.get("inputs") and not value.get("outputs")):
+    if value in (None, "", {}) or (
+        isinstance(value, Mapping) and not value.get("inputs") and not value.get("outputs")
+    ):
         return None
     if not isinstance(value, Mapping) or set(value) - {"inputs", "outputs", "config"}:
-        raise AnswerError(f"{where} must be a table with inputs and outputs, got {value!r}.",
-                          f"Give tensors with {FLAG_EXAMPLE}.")
+        raise AnswerError(
+            f"{where} must be a table with inputs and outputs, got {value!r}.",
+            f"Give tensors with {FLAG_EXAMPLE}.",
+        )
     config = value.get("config", "")
     if not isinstance(config, str):
-        raise AnswerError(f"{where}.config must be config.pbtxt text, got {config!r}.", 'Example: config = "dynamic_batching { }"')
+        raise AnswerError(
+            f"{where}.config must be config.pbtxt text, got {config!r}.",
+            'Example: config = "dynamic_batching { }"',
+        )
     signature = from_tables(value.get("inputs", []), value.get("outputs", []), where)
     return Signature(signature.inputs, signature.outputs, config)
 
@@ -325,7 +346,8 @@ def _check_reshape(tensor: Tensor) -> None:
     if _count(tensor.reshape) != _count(tensor.dims):
         raise AnswerError(
             f"{tensor.name}: reshape {list(tensor.reshape)} has another element count than dims "
-            f"{list(tensor.dims)}.", "A reshape keeps the number of elements."
+            f"{list(tensor.dims)}.",
+            "A reshape keeps the number of elements.",
         )
 
 
@@ -343,7 +365,9 @@ def add_sub(dtype: str, dims: str, names: Mapping[str, str]) -> Signature:
     def tensor(key: str) -> Tensor:
         return Tensor(names[key], datatype(dtype).wire, shape)
 
-    return Signature((tensor("input0_name"), tensor("input1_name")), (tensor("output0_name"), tensor("output1_name")))
+    return Signature(
+        (tensor("input0_name"), tensor("input1_name")), (tensor("output0_name"), tensor("output1_name"))
+    )
 
 
 def check_accumulator(signature: Signature) -> None:
@@ -352,17 +376,23 @@ def check_accumulator(signature: Signature) -> None:
     first = signature.inputs[0]
     fix = "Example: --input INPUT:FP32:16 --output OUTPUT:FP32:16 (every output the running sum of the first input)"
     if first.datatype in ("BYTES", "BOOL"):
-        raise AnswerError(f"{first.name}: a sequence model sums its first input, which cannot be {first.datatype}.",
-                          fix)
+        raise AnswerError(
+            f"{first.name}: a sequence model sums its first input, which cannot be {first.datatype}.", fix
+        )
     if -1 in first.dims or first.optional or first.reshape is not None:
-        raise AnswerError(f"{first.name}: a sequence model sums its first input, which needs fixed dims (no -1), "
-                          "no reshape and cannot be optional (every request of a sequence adds to the same sum).", fix)
+        raise AnswerError(
+            f"{first.name}: a sequence model sums its first input, which needs fixed dims (no -1), "
+            "no reshape and cannot be optional (every request of a sequence adds to the same sum).",
+            fix,
+        )
     for output in signature.outputs:
         if output.datatype != first.datatype or tuple(output.dims) != tuple(first.dims):
             raise AnswerError(
                 f"{output.name}: every output of a sequence model is the running sum of {first.name}, so it needs "
                 f"{first.name}'s datatype and dims ({first.datatype} {list(first.dims)}), got {output.datatype} "
-                f"{list(output.dims)}.", fix)
+                f"{list(output.dims)}.",
+                fix,
+            )
 
 
 def accumulator(dtype: str, dims: str) -> Signature:

@@ -161,7 +161,7 @@ _BY_SERVER_VERSION = {release.server_version: release for release in RELEASES}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
-    """"3.31.8" -> (3, 31, 8), for comparing versions."""
+    """ "3.31.8" -> (3, 31, 8), for comparing versions."""
     return tuple(int(part) for part in text.split("."))
 
 
@@ -220,16 +220,43 @@ class ReleaseChange:
 def release_changes(old: Release, new: Release) -> list[ReleaseChange]:
     """What changed from ``old`` to ``new`` that a backend project must follow (empty for the same facts)."""
     rows = (
-        ("backend API", "%d.%d" % old.backend_api, "%d.%d" % new.backend_api,
-         "rebuild the backend (`tbgen build`); a library built against a newer API does not load in an older server"),
-        ("server API", "%d.%d" % old.server_api, "%d.%d" % new.server_api,
-         "rebuild the backend; BLS code calling TRITONSERVER_* may use what the new API adds"),
-        ("CMake minimum", old.min_cmake, new.min_cmake,
-         f"pip install 'cmake>={new.min_cmake}' (`tbgen doctor` checks it)"),
-        ("Python of the stub", old.python, new.python,
-         f"rebuild Python execution environments and native extensions for Python {new.python}"),
-        ("CUDA", old.cuda, new.cuda, "build GPU code with this CUDA (the image's nvcc); check your kernels with it"),
-        ("CUDA architectures", ";".join(old.cuda_architectures), ";".join(new.cuda_architectures),
-         "GPU builds target this list (cuda_architectures in tbgen.toml's answers)"),
+        (
+            "backend API",
+            "%d.%d" % old.backend_api,
+            "%d.%d" % new.backend_api,
+            "rebuild the backend (`tbgen build`); a library built against a newer API does not load in an older server",
+        ),
+        (
+            "server API",
+            "%d.%d" % old.server_api,
+            "%d.%d" % new.server_api,
+            "rebuild the backend; BLS code calling TRITONSERVER_* may use what the new API adds",
+        ),
+        (
+            "CMake minimum",
+            old.min_cmake,
+            new.min_cmake,
+            f"pip install 'cmake>={new.min_cmake}' (`tbgen doctor` checks it)",
+        ),
+        (
+            "Python of the stub",
+            old.python,
+            new.python,
+            f"rebuild Python execution environments and native extensions for Python {new.python}",
+        ),
+        (
+            "CUDA",
+            old.cuda,
+            new.cuda,
+            "build GPU code with this CUDA (the image's nvcc); check your kernels with it",
+        ),
+        (
+            "CUDA architectures",
+            ";".join(old.cuda_architectures),
+            ";".join(new.cuda_architectures),
+            "GPU builds target this list (cuda_architectures in tbgen.toml's answers)",
+        ),
     )
-    return [ReleaseChange(what, before, after, action) for what, before, after, action in rows if before != after]
+    return [
+        ReleaseChange(what, before, after, action) for what, before, after, action in rows if before != after
+    ]

@@ -11,14 +11,29 @@ import triton_backend_gen
 PACKAGE = Path(triton_backend_gen.__file__).parent
 # Rank of each top-level module or package: an import may go to the same rank or a lower one.
 RANKS = {
-    "versions": 0, "errors": 0, "signals": 0, "project": 0, "signature": 0, "frameworks": 0, "__init__": 0,
-    "findings": 0, "lazy": 0,
-    "scaffold": 1, "model_config": 1,
-    "docker_engine": 2, "discovery": 2,
-    "toolchain": 3, "runtime": 3,
-    "smoke": 4, "perf": 4, "deploy": 4,
-    "commands": 5, "pytest_plugin": 5, "testing": 5,
-    "cli": 6, "__main__": 6,
+    "versions": 0,
+    "errors": 0,
+    "signals": 0,
+    "project": 0,
+    "signature": 0,
+    "frameworks": 0,
+    "__init__": 0,
+    "findings": 0,
+    "lazy": 0,
+    "scaffold": 1,
+    "model_config": 1,
+    "docker_engine": 2,
+    "discovery": 2,
+    "toolchain": 3,
+    "runtime": 3,
+    "smoke": 4,
+    "perf": 4,
+    "deploy": 4,
+    "commands": 5,
+    "pytest_plugin": 5,
+    "testing": 5,
+    "cli": 6,
+    "__main__": 6,
 }
 
 
@@ -34,8 +49,12 @@ def modules() -> dict[str, Path]:
 def imports_of(path: Path, name: str) -> tuple[set[str], list[int]]:
     """(the package's modules that ``path`` imports outside TYPE_CHECKING blocks, lines of imports in functions)."""
     tree = ast.parse(path.read_text())
-    type_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-                 and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
+    type_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for node in ast.walk(block)
+    }
     targets: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in type_only:
@@ -46,10 +65,18 @@ def imports_of(path: Path, name: str) -> tuple[set[str], list[int]]:
                 candidate = f"{base}.{alias.name}".lstrip(".")
                 targets.add(candidate if candidate in modules() else base or "__init__")
         elif isinstance(node, ast.Import):
-            targets |= {a.name.removeprefix("triton_backend_gen.") for a in node.names
-                        if a.name.startswith("triton_backend_gen.")}
-    in_functions = [node.lineno for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+            targets |= {
+                a.name.removeprefix("triton_backend_gen.")
+                for a in node.names
+                if a.name.startswith("triton_backend_gen.")
+            }
+    in_functions = [
+        node.lineno
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(fn)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
     return targets - {name}, in_functions
 
 
@@ -65,14 +92,22 @@ def test_every_module_has_a_rank():
 
 
 def test_lower_layers_never_import_higher_ones():
-    upward = [f"{name} -> {target}" for name, (targets, _) in GRAPH.items() for target in targets
-              if RANKS[top(target)] > RANKS[top(name)]]
+    upward = [
+        f"{name} -> {target}"
+        for name, (targets, _) in GRAPH.items()
+        for target in targets
+        if RANKS[top(target)] > RANKS[top(name)]
+    ]
     assert upward == []
 
 
 def test_toolchain_and_runtime_are_siblings_that_never_import_each_other():
-    crossing = [f"{name} -> {target}" for name, (targets, _) in GRAPH.items() for target in targets
-                if {top(name), top(target)} == {"toolchain", "runtime"}]
+    crossing = [
+        f"{name} -> {target}"
+        for name, (targets, _) in GRAPH.items()
+        for target in targets
+        if {top(name), top(target)} == {"toolchain", "runtime"}
+    ]
     assert crossing == []
 
 
@@ -122,11 +157,19 @@ def test_no_imports_inside_functions():
 def test_the_rank_table_is_not_vacuous():
     # A graph read wrongly (no edges) would pass every test above.
     edges = sum(len(targets) for targets, _ in GRAPH.values())
-    assert edges > 50 and "project" in GRAPH["commands.test"][0] and "runtime" in {
-        top(t) for t in GRAPH["commands.test"][0]}
+    assert (
+        edges > 50
+        and "project" in GRAPH["commands.test"][0]
+        and "runtime" in {top(t) for t in GRAPH["commands.test"][0]}
+    )
 
 
 def test_no_command_imports_another_command():
-    leaning = [f"{name} -> {target}" for name, (targets, _) in GRAPH.items() if name.startswith("commands.")
-               for target in targets if target.startswith("commands.") and top(target) == "commands"]
+    leaning = [
+        f"{name} -> {target}"
+        for name, (targets, _) in GRAPH.items()
+        if name.startswith("commands.")
+        for target in targets
+        if target.startswith("commands.") and top(target) == "commands"
+    ]
     assert leaning == []

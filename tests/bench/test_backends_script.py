@@ -54,7 +54,11 @@ def test_the_bytes_only_signatures_measure_one_and_65536_elements(backends):
 @pytest.mark.cpp
 def test_the_floor_compiles_against_the_cached_headers(backends, tmp_path):
     sources = cached_sources(f"r{backends.RELEASE}")
-    if sources is None or shutil.which("g++") is None or not Path("/usr/include/rapidjson/document.h").is_file():
+    if (
+        sources is None
+        or shutil.which("g++") is None
+        or not Path("/usr/include/rapidjson/document.h").is_file()
+    ):
         pytest.skip("needs Triton's sources in tbgen's cache, g++ and rapidjson's headers")
     library = backends.build_floor(tmp_path)
     assert list(library) == ["libtriton_floor_ref.so"] and library["libtriton_floor_ref.so"][:4] == b"\x7fELF"
@@ -86,7 +90,7 @@ def test_a_model_added_from_a_copied_config_carries_its_own_name(backends, tmp_p
     copied = backends.config_of(project, "add_sub_loop")
     assert copied.count('name: "add_sub_loop"') == 1 and 'name: "add_sub"\n' not in copied
     assert 'name: "INPUT0"' in copied  # tensor names are not the model's
-    assert backends.with_name("backend: \"x\"\n", "m").startswith('name: "m"\n')  # inserted when absent
+    assert backends.with_name('backend: "x"\n', "m").startswith('name: "m"\n')  # inserted when absent
     from triton_backend_gen.project import load_project
 
     assert "add_sub_loop" in [model.name for model in load_project(project).models]
@@ -100,8 +104,9 @@ def tbgen_imports(script: Path) -> list[tuple[str, str | None]]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("triton_backend_gen"):
             found += [(node.module, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):
-            found += [(alias.name, None) for alias in node.names
-                      if alias.name.startswith("triton_backend_gen")]
+            found += [
+                (alias.name, None) for alias in node.names if alias.name.startswith("triton_backend_gen")
+            ]
     return found
 
 
@@ -120,8 +125,14 @@ def test_an_unknown_part_is_refused(backends, capsys):
 
 
 def test_the_framework_goals_are_judged_from_the_ratios(backends, capsys):
-    backends.print_framework_goals({("16", "python+torch"): [3.1, 4.0], ("16", "floor"): [0.95, 0.91],
-                                    ("64k", "python+torch"): [1.2, 0.9], ("64k", "floor"): [0.8, 0.7]})
+    backends.print_framework_goals(
+        {
+            ("16", "python+torch"): [3.1, 4.0],
+            ("16", "floor"): [0.95, 0.91],
+            ("64k", "python+torch"): [1.2, 0.9],
+            ("64k", "floor"): [0.8, 0.7],
+        }
+    )
     out = capsys.readouterr().out
     assert "faster than python+torch at every point: NOT met (lowest 0.90x)" in out
     assert "within 10% of the floor at [16]: met (lowest 0.91x)" in out
@@ -195,8 +206,14 @@ def test_the_python_torch_baseline_computes_sum_and_difference(backends, tmp_pat
     """)
     env = {**os.environ, backends.TORCH_SITE_ENV: site}
     (tmp_path / "check.py").write_text(script)  # a file: torch.jit.script reads the module's source
-    result = subprocess.run([sys.executable, str(tmp_path / "check.py")], env=env, capture_output=True, text=True,
-                            timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "check.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 

@@ -22,7 +22,9 @@ def perf_analyzer_or_skip() -> None:
 
 def bench(project, *args) -> BenchReport:
     out = project / "bench.json"
-    result = run_tbgen("bench", str(project), "--concurrency", "1,4", "--duration", "1s", "--json", str(out), *args)
+    result = run_tbgen(
+        "bench", str(project), "--concurrency", "1,4", "--duration", "1s", "--json", str(out), *args
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return BenchReport.read(out)
 
@@ -43,8 +45,18 @@ def test_python_model_with_perf_analyzer_and_then_the_builtin_generator(tmp_path
     assert first.tool == "perf_analyzer" and first.model == "add_sub"
     assert_measured(first)
 
-    second = run_tbgen("bench", str(project), "--concurrency", "1,4", "--duration", "1s", "--tool", "builtin",
-                       "--compare", str(project / "bench.json"))
+    second = run_tbgen(
+        "bench",
+        str(project),
+        "--concurrency",
+        "1,4",
+        "--duration",
+        "1s",
+        "--tool",
+        "builtin",
+        "--compare",
+        str(project / "bench.json"),
+    )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "tbgen (asyncio gRPC)" in second.stdout
     assert "This run / " in second.stdout
@@ -102,6 +114,14 @@ def test_json_report_has_every_figure(tmp_path, server_or_skip):
     project = new_project(tmp_path, "python-backend")
     report = bench(project, "--tool", "builtin")
     data = json.loads((project / "bench.json").read_text())
-    assert set(data["levels"][0]) >= {"throughput", "p50_us", "p90_us", "p99_us", "server_queue_us",
-                                       "server_compute_us", "client_cpu", "server_cpu"}
+    assert set(data["levels"][0]) >= {
+        "throughput",
+        "p50_us",
+        "p90_us",
+        "p99_us",
+        "server_queue_us",
+        "server_compute_us",
+        "client_cpu",
+        "server_cpu",
+    }
     assert report.levels[0].throughput == data["levels"][0]["throughput"]

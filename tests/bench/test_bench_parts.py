@@ -21,25 +21,40 @@ pytestmark = pytest.mark.slow
 
 # Each part of bench/backends.py: the tables it prints, as (title pattern, the two columns it compares).
 PAIR_TABLES = {
-    "cpp": [(r"C\+\+ FP32 \[16\]: generated add/sub vs floor", ("generated", "floor")),
-            (r"C\+\+ FP32 \[65536\]: generated add/sub vs floor", ("generated", "floor"))],
-    "signatures": [(r"C\+\+ mixed .*: generated vs floor", ("generated", "floor")),
-                   (r"C\+\+ BYTES TEXT \[1\] .*: generated vs floor", ("generated", "floor")),
-                   (r"C\+\+ BYTES TEXT \[65536\] .*: generated vs floor", ("generated", "floor"))],
-    "python": [(r"Python FP32 \[16\], dynamic batching .*: generated model\.py vs per-request loop",
-                ("generated", "loop")),
-               (r"Python FP32 \[16\], no dynamic batching: generated model\.py vs per-request loop",
-                ("generated", "loop"))],
+    "cpp": [
+        (r"C\+\+ FP32 \[16\]: generated add/sub vs floor", ("generated", "floor")),
+        (r"C\+\+ FP32 \[65536\]: generated add/sub vs floor", ("generated", "floor")),
+    ],
+    "signatures": [
+        (r"C\+\+ mixed .*: generated vs floor", ("generated", "floor")),
+        (r"C\+\+ BYTES TEXT \[1\] .*: generated vs floor", ("generated", "floor")),
+        (r"C\+\+ BYTES TEXT \[65536\] .*: generated vs floor", ("generated", "floor")),
+    ],
+    "python": [
+        (
+            r"Python FP32 \[16\], dynamic batching .*: generated model\.py vs per-request loop",
+            ("generated", "loop"),
+        ),
+        (
+            r"Python FP32 \[16\], no dynamic batching: generated model\.py vs per-request loop",
+            ("generated", "loop"),
+        ),
+    ],
     "decoupled": [],
-    "frameworks": [(rf"libtorch FP32 \[{size}\]: generated vs {baseline}", ("generated", name))
-                   for size in (16, 65536)
-                   for baseline, name in ((r"python\+torch per request", "python+torch"),
-                                          ("floor", "floor"))],
-    "composed": [(r"Python BLS router .* vs add_sub directly", ("via BLS", "direct")),
-                 (r"C\+\+ BLS router .* vs add_sub directly", ("via BLS", "direct"))],
-    "sequence": [(rf"C\+\+ sequence accumulator \({strategy}\) vs {baseline}", ("sequence", name))
-                 for strategy in ("direct", "oldest", "direct, implicit state")
-                 for baseline, name in (("stateless", "stateless"), ("the floor", "floor"))],
+    "frameworks": [
+        (rf"libtorch FP32 \[{size}\]: generated vs {baseline}", ("generated", name))
+        for size in (16, 65536)
+        for baseline, name in ((r"python\+torch per request", "python+torch"), ("floor", "floor"))
+    ],
+    "composed": [
+        (r"Python BLS router .* vs add_sub directly", ("via BLS", "direct")),
+        (r"C\+\+ BLS router .* vs add_sub directly", ("via BLS", "direct")),
+    ],
+    "sequence": [
+        (rf"C\+\+ sequence accumulator \({strategy}\) vs {baseline}", ("sequence", name))
+        for strategy in ("direct", "oldest", "direct, implicit state")
+        for baseline, name in (("stateless", "stateless"), ("the floor", "floor"))
+    ],
 }
 PARTS = tuple(PAIR_TABLES)
 NUMBER = r"[\d,]+(?:\.\d+)?"
@@ -86,8 +101,16 @@ def backends_run(tmp_path_factory, compiler_cache) -> subprocess.CompletedProces
         pytest.skip("perf_analyzer is not installed (the sequence part needs it; tritonclient 2.51 ships it)")
     work = tmp_path_factory.mktemp("bench-backends")
     only = [arg for part in PARTS for arg in ("--only", part)]
-    command = [sys.executable, str(BENCH / "backends.py"), *only, "--duration", "0.3s", "--quick",
-               "--work-dir", str(work)]
+    command = [
+        sys.executable,
+        str(BENCH / "backends.py"),
+        *only,
+        "--duration",
+        "0.3s",
+        "--quick",
+        "--work-dir",
+        str(work),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
 
 
@@ -124,8 +147,13 @@ def test_each_part_of_backends_prints_its_tables(backends_run, part):
 @pytest.mark.cpp
 def test_build_benchmark_times_its_three_builds(compiler_cache):
     triton_sources_or_skip(RELEASE)
-    result = subprocess.run([sys.executable, str(BENCH / "build.py"), "--ccache"], capture_output=True,
-                            text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "build.py"), "--ccache"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = re.findall(r"^  (.+?)\s*: +(\d+\.\d) s$", result.stdout, re.MULTILINE)
     labels = [label for label, _ in rows]

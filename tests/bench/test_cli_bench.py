@@ -10,8 +10,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def test_the_startup_bench_reports_each_command_the_goal_and_the_slow_imports():
-    result = subprocess.run([sys.executable, str(BENCH / "cli.py"), "--runs", "1"], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "cli.py"), "--runs", "1"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for name in ("python -c pass", "tbgen --version", "tbgen --help"):

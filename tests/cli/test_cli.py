@@ -14,7 +14,11 @@ HEAVY = ("cookiecutter", "docker", "tritonclient", "google.protobuf", "grpc", "n
 def tbgen(*args, cwd=None, input=None):
     return subprocess.run(
         [sys.executable, "-m", "triton_backend_gen", *args],
-        cwd=cwd, capture_output=True, text=True, input=input, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        input=input,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
     )
 
 
@@ -30,8 +34,18 @@ def test_help_does_not_import_heavy_modules():
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["new"], ["templates"], ["templates", "list"], ["templates", "check"], ["versions"], ["validate"],
-                ["package"], ["clean"]]
+    "command",
+    [
+        [],
+        ["new"],
+        ["templates"],
+        ["templates", "list"],
+        ["templates", "check"],
+        ["versions"],
+        ["validate"],
+        ["package"],
+        ["clean"],
+    ],
 )
 def test_every_command_has_help(command):
     result = tbgen(*command, "--help")
@@ -47,8 +61,17 @@ def test_version():
 def test_new_with_flags_as_in_the_issue(tmp_path):
     oldest = versions.resolve("24.10")
     result = tbgen(
-        "new", "my-backend", "--template", "cpp-backend", "--no-input", "--set", "dtype=FP16", "--gpu",
-        "--triton-version", "r24.10", cwd=tmp_path,
+        "new",
+        "my-backend",
+        "--template",
+        "cpp-backend",
+        "--no-input",
+        "--set",
+        "dtype=FP16",
+        "--gpu",
+        "--triton-version",
+        "r24.10",
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     meta = tomllib.loads((tmp_path / "my-backend" / "tbgen.toml").read_text())
@@ -99,26 +122,44 @@ def test_existing_project_needs_force(tmp_path):
     again = tbgen("new", "p", "-t", "python-backend", "--no-input", cwd=tmp_path)
     assert again.returncode == 2 and "--force" in again.stderr
     # --force replaces what tbgen generated and nobody edited: here, a README for another release
-    forced = tbgen("new", "p", "-t", "python-backend", "--no-input", "--force", "--triton-version", "24.10", cwd=tmp_path)
+    forced = tbgen(
+        "new", "p", "-t", "python-backend", "--no-input", "--force", "--triton-version", "24.10", cwd=tmp_path
+    )
     assert forced.returncode == 0, forced.stderr
     assert "24.10" in (tmp_path / "p" / "README.md").read_text()
     assert (tmp_path / "p" / "mine.txt").read_text() == "keep\n"
 
 
 def test_force_never_reverts_an_edited_file_of_a_tbgen_project(tmp_path):
-    assert tbgen("new", "p", "-t", "python-backend", "--no-input", "--triton-version", "24.10", cwd=tmp_path).returncode == 0
+    assert (
+        tbgen(
+            "new", "p", "-t", "python-backend", "--no-input", "--triton-version", "24.10", cwd=tmp_path
+        ).returncode
+        == 0
+    )
     model = tmp_path / "p" / "model_repository" / "add_sub" / "1" / "model.py"
     model.write_text(model.read_text() + "# my edit\n")
     before = {p: p.read_bytes() for p in (tmp_path / "p").rglob("*") if p.is_file()}
-    forced = tbgen("new", "p", "--answers", "p/tbgen.toml", "--triton-version", "26.02", "--no-input", "--force",
-                   cwd=tmp_path)
+    forced = tbgen(
+        "new",
+        "p",
+        "--answers",
+        "p/tbgen.toml",
+        "--triton-version",
+        "26.02",
+        "--no-input",
+        "--force",
+        cwd=tmp_path,
+    )
     assert forced.returncode == 2
     assert "model_repository/add_sub/1/model.py" in forced.stderr and "tbgen update" in forced.stderr
     assert {p: p.read_bytes() for p in (tmp_path / "p").rglob("*") if p.is_file()} == before
 
 
 def test_answers_file_reproduces_a_project(tmp_path):
-    first = tbgen("new", "a", "-t", "cpp-backend", "--no-input", "--set", "dtype=INT32", "--set", "dims=4", cwd=tmp_path)
+    first = tbgen(
+        "new", "a", "-t", "cpp-backend", "--no-input", "--set", "dtype=INT32", "--set", "dims=4", cwd=tmp_path
+    )
     assert first.returncode == 0, first.stderr
     second = tbgen("new", "b", "--answers", "a/tbgen.toml", "--no-input", "--backend-name", "a", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
@@ -140,7 +181,15 @@ def test_gpu_flag_outside_cpp_backend_is_a_usage_error(tmp_path):
 def test_templates_list_shows_options_and_defaults():
     result = tbgen("templates", "list")
     assert result.returncode == 0
-    for expected in ("cpp-backend", "python-backend", "decoupled-backend", "dtype", "FP16", "batching", "language"):
+    for expected in (
+        "cpp-backend",
+        "python-backend",
+        "decoupled-backend",
+        "dtype",
+        "FP16",
+        "batching",
+        "language",
+    ):
         assert expected in result.stdout
 
 
@@ -171,8 +220,12 @@ def test_interactive_new_on_a_terminal(tmp_path):
     """`tbgen new` prompts on a TTY; a bad answer is refused and asked again."""
     pexpect = pytest.importorskip("pexpect", reason="pexpect drives a real terminal for this test")
     child = pexpect.spawn(
-        sys.executable, ["-m", "triton_backend_gen", "new", "p", "-t", "python-backend"],
-        cwd=str(tmp_path), encoding="utf-8", timeout=30, env={"COLUMNS": "200", "TERM": "dumb"},
+        sys.executable,
+        ["-m", "triton_backend_gen", "new", "p", "-t", "python-backend"],
+        cwd=str(tmp_path),
+        encoding="utf-8",
+        timeout=30,
+        env={"COLUMNS": "200", "TERM": "dumb"},
     )
     # Keyed by the start of the question's last line; the dtype's (its choices wrap) is its default "(FP32".
     replies = {"Tensor dims": ["0", "4"], "(FP32": ["INT32"]}
@@ -187,8 +240,12 @@ def test_interactive_new_on_a_terminal(tmp_path):
     meta = tomllib.loads((tmp_path / "p" / "tbgen.toml").read_text())
     assert meta["answers"]["dims"] == "4" and meta["answers"]["dtype"] == "INT32"
     assert sum(q.startswith("Tensor dims") for q in transcript) == 2  # asked again after the bad answer
-    assert any(q.startswith("Input 1 (empty: the template's example") for q in transcript)  # the tensors, first
-    assert any(q.startswith("Backend name") and q.endswith("(p") for q in transcript)  # default follows the project
+    assert any(
+        q.startswith("Input 1 (empty: the template's example") for q in transcript
+    )  # the tensors, first
+    assert any(
+        q.startswith("Backend name") and q.endswith("(p") for q in transcript
+    )  # default follows the project
 
 
 @pytest.mark.parametrize(
@@ -211,8 +268,12 @@ def test_docker_options_that_do_not_fit_exit_2(tmp_path, args, fragment):
 
 
 def test_tables_are_not_cut_when_output_is_not_a_terminal():
-    result = subprocess.run([sys.executable, "-m", "triton_backend_gen", "versions"], capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin"})  # no COLUMNS, stdout a pipe
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", "versions"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )  # no COLUMNS, stdout a pipe
     assert result.returncode == 0
     newest = versions.newest()
     row = next(line for line in result.stdout.splitlines() if line.startswith(f"{newest.container}  "))

@@ -20,8 +20,11 @@ from triton_backend_gen.cli import app
 
 # A usage error of each command, run in an empty directory that is no project.
 CASES: dict[str, list[list[str]]] = {
-    "new": [["p", "--template", "no-such-template", "--no-input"], ["p", "--no-input", "--from-config", "bad.pbtxt"],
-            ["p", "--no-input", "--input", "X:FP32:4"]],
+    "new": [
+        ["p", "--template", "no-such-template", "--no-input"],
+        ["p", "--no-input", "--from-config", "bad.pbtxt"],
+        ["p", "--no-input", "--input", "X:FP32:4"],
+    ],
     "versions": [["--json"]],
     "validate": [[], ["no-such-path"]],
     "serve": [[], ["--image", "x"]],

@@ -59,7 +59,7 @@ def servers_of(project: Path) -> list[int]:
 
 def crash_report(project: Path) -> str:
     log = (project / "build" / "tbgen" / "server.log").read_text(errors="replace")
-    return log[log.find("Signal (11) received."):] if "Signal (11) received." in log else ""
+    return log[log.find("Signal (11) received.") :] if "Signal (11) received." in log else ""
 
 
 def crashed_inside_triton(project: Path) -> bool:
@@ -103,7 +103,9 @@ def test_cpp_projects_pass_the_smoke_suite(tmp_path, compiler_cache, template, s
     if result.returncode != 0 and crashed_inside_triton(project):
         # Seen rarely on a loaded machine: tritonserver 2.51's own frontend segfaults (a thread of the server
         # binary, no frame in the backend) while the fuzzer cancels requests. Not the backend's fault; rerun once.
-        warnings.warn(f"tritonserver itself crashed during the fuzz run; rerunning once:\n{crash_report(project)}")
+        warnings.warn(
+            f"tritonserver itself crashed during the fuzz run; rerunning once:\n{crash_report(project)}"
+        )
         result = tbgen("test", str(project), "--fuzz", "200")
     assert_passed(result)
     assert "fuzz: 200 malformed requests" in result.stdout
@@ -150,7 +152,9 @@ def test_interrupting_tbgen_test_leaves_no_server(tmp_path, signum):
     project = new_project(tmp_path, "decoupled-backend", "language=python")
     proc = subprocess.Popen(
         [sys.executable, "-m", "triton_backend_gen", "test", str(project), "--fuzz", "400"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -173,8 +177,11 @@ def test_interrupting_tbgen_test_leaves_no_server(tmp_path, signum):
 
 def test_sigkill_of_tbgen_test_leaves_no_server(tmp_path):
     project = new_project(tmp_path, "python-backend")
-    proc = subprocess.Popen([sys.executable, "-m", "triton_backend_gen", "test", str(project), "--fuzz", "400"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "triton_backend_gen", "test", str(project), "--fuzz", "400"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not servers_of(project):
         assert proc.poll() is None and time.monotonic() < deadline
@@ -196,7 +203,9 @@ def test_fuzz_keeps_the_server_healthy(tmp_path):
 
 def test_infer_prints_the_outputs(tmp_path):
     project = new_project(tmp_path, "python-backend", "dtype=INT32", "dims=3", "max_batch_size=0")
-    result = tbgen("infer", "add_sub", "--project", str(project), "-i", "INPUT0=[1,2,3]", "-i", "INPUT1=[10,20,30]")
+    result = tbgen(
+        "infer", "add_sub", "--project", str(project), "-i", "INPUT0=[1,2,3]", "-i", "INPUT1=[10,20,30]"
+    )
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
     assert "OUTPUT0 int32 [3]" in out and "[11 22 33]" in out
@@ -206,8 +215,18 @@ def test_infer_prints_the_outputs(tmp_path):
 
 def test_infer_streams_a_decoupled_model(tmp_path):
     project = new_project(tmp_path, "decoupled-backend", "language=python")
-    result = tbgen("infer", "repeat_int32", "--project", str(project), "-i", "IN=[7,8,9]", "-i", "DELAY=[0,0,0]",
-                   "-i", "WAIT=[0]")
+    result = tbgen(
+        "infer",
+        "repeat_int32",
+        "--project",
+        str(project),
+        "-i",
+        "IN=[7,8,9]",
+        "-i",
+        "DELAY=[0,0,0]",
+        "-i",
+        "WAIT=[0]",
+    )
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
     assert "OUT int32 [3, 1]" in out and "[[7] [8] [9]]" in out
@@ -222,9 +241,13 @@ def test_infer_with_an_unknown_input_is_a_usage_error(tmp_path):
 
 def test_serve_runs_until_interrupted(tmp_path):
     project = new_project(tmp_path, "python-backend")
-    proc = subprocess.Popen([sys.executable, "-m", "triton_backend_gen", "serve", str(project)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "250"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "triton_backend_gen", "serve", str(project)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+    )
     try:
         deadline = time.monotonic() + 120
         lines = []
@@ -233,7 +256,9 @@ def test_serve_runs_until_interrupted(tmp_path):
             lines.append(proc.stdout.readline())
         text = "".join(lines)
         assert "READY" in text and "127.0.0.1:" in text
-        http = next(word for line in lines if "HTTP" in line for word in line.split() if word.startswith("127.0.0.1:"))
+        http = next(
+            word for line in lines if "HTTP" in line for word in line.split() if word.startswith("127.0.0.1:")
+        )
         import urllib.request
 
         with urllib.request.urlopen(f"http://{http}/v2/models/add_sub/ready", timeout=5) as response:
@@ -274,11 +299,18 @@ def test_doctor_lists_the_embedded_server(embedded_server):
     assert "embedded wheel" in result.stdout and embedded_server.version in result.stdout
 
 
-@pytest.mark.parametrize(("template", "sets"), [("python-backend", ()), ("decoupled-backend", ("language=python",))])
+@pytest.mark.parametrize(
+    ("template", "sets"), [("python-backend", ()), ("decoupled-backend", ("language=python",))]
+)
 def test_generated_project_tests_pass_with_the_plugin(tmp_path, template, sets):
     project = new_project(tmp_path, template, *sets)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout
     assert servers_of(project) == []
@@ -289,8 +321,16 @@ def test_json_and_npy_inputs(tmp_path):
 
     project = new_project(tmp_path, "python-backend", "dtype=FP32", "dims=2", "max_batch_size=0")
     np.save(tmp_path / "a.npy", np.array([1.5, 2.5], dtype=np.float32))
-    result = tbgen("infer", "add_sub", "--project", str(project), "-i", f"INPUT0={tmp_path / 'a.npy'}",
-                   "-i", "INPUT1=" + json.dumps([0.5, 0.5]))
+    result = tbgen(
+        "infer",
+        "add_sub",
+        "--project",
+        str(project),
+        "-i",
+        f"INPUT0={tmp_path / 'a.npy'}",
+        "-i",
+        "INPUT1=" + json.dumps([0.5, 0.5]),
+    )
     assert result.returncode == 0, result.stderr
     assert "[2. 3.]" in result.stdout and "[1. 2.]" in result.stdout
 
@@ -321,8 +361,16 @@ def test_a_model_that_reference_py_does_not_describe_is_reported_not_a_crash(tmp
     missing = tbgen("infer", "pipeline", "--project", str(project))
     assert missing.returncode == 2 and "No value for input A, B of model pipeline" in missing.stderr
     assert "Traceback" not in missing.stderr
-    given = tbgen("infer", "pipeline", "--project", str(project), "-i", f"A={[list(range(16))]}",
-                  "-i", f"B={[[1] * 16]}")
+    given = tbgen(
+        "infer",
+        "pipeline",
+        "--project",
+        str(project),
+        "-i",
+        f"A={[list(range(16))]}",
+        "-i",
+        f"B={[[1] * 16]}",
+    )
     assert given.returncode == 0, given.stderr
     assert "SUM float32 [1, 16]" in given.stdout and "16." in given.stdout
 
@@ -331,8 +379,18 @@ def test_infer_and_bench_at_a_url_where_no_server_listens(tmp_path):
     project = new_project(tmp_path, "python-backend")
     infer = tbgen("infer", "add_sub", "--project", str(project), "--url", "127.0.0.1:9")
     assert infer.returncode == 1 and "No Triton server answers at 127.0.0.1:9" in infer.stderr
-    bench = tbgen("bench", str(project), "--url", "127.0.0.1:9", "--duration", "1s", "--concurrency", "1",
-                  "--tool", "builtin")
+    bench = tbgen(
+        "bench",
+        str(project),
+        "--url",
+        "127.0.0.1:9",
+        "--duration",
+        "1s",
+        "--concurrency",
+        "1",
+        "--tool",
+        "builtin",
+    )
     assert bench.returncode == 1 and "No Triton server answers at 127.0.0.1:9" in bench.stderr
     for result in (infer, bench):
         assert "Traceback" not in result.stderr
@@ -340,9 +398,11 @@ def test_infer_and_bench_at_a_url_where_no_server_listens(tmp_path):
     assert bad_url.returncode == 2 and "HOST:PORT" in bad_url.stderr
 
 
-@pytest.mark.parametrize(("stop", "state"), [("SIGKILL", "its process had exited"),
-                                             ("SIGSTOP", "its process was still running (it hung)")],
-                         ids=["crashed", "hung"])
+@pytest.mark.parametrize(
+    ("stop", "state"),
+    [("SIGKILL", "its process had exited"), ("SIGSTOP", "its process was still running (it hung)")],
+    ids=["crashed", "hung"],
+)
 def test_a_python_stub_that_stops_answering_is_named_with_its_state(tmp_path, stop, state):
     """A stub that dies or freezes in execute(): Triton answers "not healthy" from then on; the run adds one
     result naming the model instance, whether its process was alive, and where to look."""

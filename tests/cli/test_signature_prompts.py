@@ -24,12 +24,23 @@ def scripted(monkeypatch, lines: list[str]) -> list[str]:
 
 
 def test_tensors_are_asked_in_a_loop(monkeypatch, capsys):
-    asked = scripted(monkeypatch, ["TEXT:BYTES:1", "LANG:BYTE:1", "LANG:BYTES:1:optional", "",
-                                   "LENGTH:INT32:1:optional", "LENGTH:INT32:1", ""])
+    asked = scripted(
+        monkeypatch,
+        [
+            "TEXT:BYTES:1",
+            "LANG:BYTE:1",
+            "LANG:BYTES:1:optional",
+            "",
+            "LENGTH:INT32:1:optional",
+            "LENGTH:INT32:1",
+            "",
+        ],
+    )
     option = get_template("cpp-backend").option("signature")
     answer = cli.RichPrompter().ask(option, signature.EMPTY)
     assert signature.from_context(answer) == signature.from_flags(
-        ["TEXT:BYTES:1", "LANG:BYTES:1:optional"], ["LENGTH:INT32:1"])
+        ["TEXT:BYTES:1", "LANG:BYTES:1:optional"], ["LENGTH:INT32:1"]
+    )
     shown = capsys.readouterr().out
     assert "Unknown datatype 'BYTE'" in shown and "outputs cannot be optional" in shown
     assert asked[0].startswith("Input 1") and asked[4].startswith("Output 1")
@@ -37,7 +48,10 @@ def test_tensors_are_asked_in_a_loop(monkeypatch, capsys):
 
 def test_no_input_keeps_the_example(monkeypatch):
     scripted(monkeypatch, [""])
-    assert cli.RichPrompter().ask(get_template("cpp-backend").option("signature"), signature.EMPTY) == signature.EMPTY
+    assert (
+        cli.RichPrompter().ask(get_template("cpp-backend").option("signature"), signature.EMPTY)
+        == signature.EMPTY
+    )
 
 
 @pytest.mark.parametrize("template", ["cpp-backend", "python-backend"])

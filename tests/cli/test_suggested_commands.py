@@ -40,7 +40,10 @@ _PLACEHOLDER = re.compile(r"^[A-Z][A-Z_.]*$")  # a whole word in capitals: DIR, 
 _FIELD = "\x00"  # an f-string's or format string's field: a value only known at run time
 # Text that names a command without suggesting one, where backticks would be wrong: (file, its start).
 NOT_SUGGESTIONS = {
-    ("triton_backend_gen/commands/update.py", "tbgen update (r"),  # the label of conflict markers in your files
+    (
+        "triton_backend_gen/commands/update.py",
+        "tbgen update (r",
+    ),  # the label of conflict markers in your files
 }
 
 
@@ -51,9 +54,16 @@ def _docstrings(tree: ast.AST, keep_commands: bool) -> set[int]:
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                command = keep_commands and isinstance(node, ast.FunctionDef) and any(
-                    isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "command"
-                    for d in node.decorator_list)
+                command = (
+                    keep_commands
+                    and isinstance(node, ast.FunctionDef)
+                    and any(
+                        isinstance(d, ast.Call)
+                        and isinstance(d.func, ast.Attribute)
+                        and d.func.attr == "command"
+                        for d in node.decorator_list
+                    )
+                )
                 if not command:
                     found.add(id(first.value))
     return found
@@ -66,7 +76,10 @@ def user_strings(path: Path) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             skipped.update(id(value) for value in node.values)
-            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else _FIELD for v in node.values)
+            yield (
+                node.lineno,
+                "".join(v.value if isinstance(v, ast.Constant) else _FIELD for v in node.values),
+            )
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped:
             yield node.lineno, re.sub(r"\{[a-z_]*\}", _FIELD, node.value)
@@ -105,7 +118,9 @@ def with_values(command: str) -> str:
     """``command`` with each field filled: "1" where it is a word or a value, nothing where it is glued to a
     word (an optional suffix: "tbgen env pack{options}", "--triton-version 24.10{project_option}")."""
     glued = lambda index: index > 0 and (command[index - 1].isalnum() or command[index - 1] == _FIELD)  # noqa: E731
-    return "".join(("" if glued(index) else "1") if char == _FIELD else char for index, char in enumerate(command))
+    return "".join(
+        ("" if glued(index) else "1") if char == _FIELD else char for index, char in enumerate(command)
+    )
 
 
 def parse(command: str) -> None:
@@ -155,9 +170,18 @@ def test_every_mention_of_a_command_is_in_backticks():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("command", ["tbgen new --triton-version 24.10 --answers tbgen.toml", "tbgen nothing",
-                                     "tbgen test --no-such-flag", "tbgen update --triton-version",
-                                     "tbgen deploy --force", "tbgen env pack --model", "tbgen bench --duration"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "tbgen new --triton-version 24.10 --answers tbgen.toml",
+        "tbgen nothing",
+        "tbgen test --no-such-flag",
+        "tbgen update --triton-version",
+        "tbgen deploy --force",
+        "tbgen env pack --model",
+        "tbgen bench --duration",
+    ],
+)
 def test_the_parser_check_refuses_what_would_not_run(command):
     with pytest.raises(ClickError):
         parse(command)

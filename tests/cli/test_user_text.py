@@ -32,17 +32,54 @@ OPTION_KEYS = sorted({o.key for t in list_templates() for o in t.options})
 # Keys a user might also type: the answers file's template, unknown ones, markup and blanks.
 KEYS = (*OPTION_KEYS, "template", "colour", "[bold]", "[/x]", " ", "dims ")
 
-FUZZ = settings(max_examples=50, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+FUZZ = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
-MARKUP = st.sampled_from([
-    "[/x]", "[bold]", "[/]", "[red]x[/red]", "[/bold red]", "\\", "\\[", "[", "]", "[link=file:///]x[/link]",
-    ":smile:", "{{ cookiecutter.project_name }}", "{% raw %}", "{#", "$(id)", "%s", "\x1b[31m", "\r\n", "\t",
-    "ü", "名前", "\u202e", "\ufeff", "16", "-1", "2,3", "FP16", "KIND_GPU", "yes", "r24.10", "80;90a",
-])
+MARKUP = st.sampled_from(
+    [
+        "[/x]",
+        "[bold]",
+        "[/]",
+        "[red]x[/red]",
+        "[/bold red]",
+        "\\",
+        "\\[",
+        "[",
+        "]",
+        "[link=file:///]x[/link]",
+        ":smile:",
+        "{{ cookiecutter.project_name }}",
+        "{% raw %}",
+        "{#",
+        "$(id)",
+        "%s",
+        "\x1b[31m",
+        "\r\n",
+        "\t",
+        "ü",
+        "名前",
+        "\u202e",
+        "\ufeff",
+        "16",
+        "-1",
+        "2,3",
+        "FP16",
+        "KIND_GPU",
+        "yes",
+        "r24.10",
+        "80;90a",
+    ]
+)
 TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=24)
 USER_TEXT = st.one_of(TEXT, MARKUP, st.lists(st.one_of(TEXT, MARKUP), max_size=4).map("".join))
-NAME = st.from_regex(r"[A-Za-z][A-Za-z0-9_-]{0,15}", fullmatch=True)  # valid project names, so some runs succeed
+NAME = st.from_regex(
+    r"[A-Za-z][A-Za-z0-9_-]{0,15}", fullmatch=True
+)  # valid project names, so some runs succeed
 
 runner = CliRunner()
 
@@ -61,8 +98,8 @@ def run_new(*args: str, files: dict[str, str] | None = None, path: str = "p") ->
         before = snapshot(root)
         result = runner.invoke(app, ["new", "--no-input", *args, "--", path], env={"COLUMNS": "200"})
         shown = f"tbgen new {' '.join(map(repr, [*args, path]))}\n{result.output}"
-        assert result.exception is None or isinstance(result.exception, SystemExit), (
-            shown + "".join(traceback.format_exception(result.exception))
+        assert result.exception is None or isinstance(result.exception, SystemExit), shown + "".join(
+            traceback.format_exception(result.exception)
         )
         assert "Traceback" not in result.output, shown
         assert result.exit_code in (0, 2), shown
@@ -84,8 +121,11 @@ def set_args(pairs: list[tuple[str, str]]) -> list[str]:
 def test_markup_in_a_set_value_is_a_clean_usage_error():
     """The case that once crashed Rich's printer: the error repeats the value, markup included."""
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
-        result = runner.invoke(app, ["new", "p", "--template", "python-backend", "--no-input", "--set", "dims=[/x]"],
-                               env={"COLUMNS": "200"})
+        result = runner.invoke(
+            app,
+            ["new", "p", "--template", "python-backend", "--no-input", "--set", "dims=[/x]"],
+            env={"COLUMNS": "200"},
+        )
         assert result.exit_code == 2, result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
         assert "dims must be" in result.output and "'[/x]'" in result.output
@@ -94,8 +134,10 @@ def test_markup_in_a_set_value_is_a_clean_usage_error():
 
 
 @FUZZ
-@given(template=st.sampled_from(TEMPLATES),
-       pairs=st.lists(st.tuples(st.sampled_from(KEYS), USER_TEXT), min_size=1, max_size=3))
+@given(
+    template=st.sampled_from(TEMPLATES),
+    pairs=st.lists(st.tuples(st.sampled_from(KEYS), USER_TEXT), min_size=1, max_size=3),
+)
 @example(template="python-backend", pairs=[("dims", "[/x]")])
 @example(template="cpp-backend", pairs=[("model_name", "[bold]x")])
 @example(template="cpp-backend", pairs=[("backend_name", "[/]")])
@@ -125,7 +167,12 @@ def test_set_items_of_any_shape(template, items):
 def relative_inside(path: str) -> bool:
     """Paths that stay inside the working directory (so the test never writes elsewhere)."""
     normal = os.path.normpath(path) if path else "."
-    return not os.path.isabs(path) and normal != ".." and not normal.startswith("../") and not path.startswith("~")
+    return (
+        not os.path.isabs(path)
+        and normal != ".."
+        and not normal.startswith("../")
+        and not path.startswith("~")
+    )
 
 
 PATHS = st.one_of(
@@ -153,14 +200,20 @@ def test_project_paths(template, path):
 def test_a_file_in_the_way_of_the_project_directory_is_a_usage_error():
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
         Path("f").write_text("mine\n")
-        result = runner.invoke(app, ["new", "--no-input", "-t", "python-backend", "f/p"], env={"COLUMNS": "200"})
+        result = runner.invoke(
+            app, ["new", "--no-input", "-t", "python-backend", "f/p"], env={"COLUMNS": "200"}
+        )
         assert result.exit_code == 2 and "not a directory" in result.output, result.output
         assert sorted(p.name for p in Path(scratch).iterdir()) == ["f"]
 
 
 @FUZZ
-@given(template=st.sampled_from(TEMPLATES), backend=st.one_of(USER_TEXT, NAME), model=st.one_of(USER_TEXT, NAME),
-       path=NAME)
+@given(
+    template=st.sampled_from(TEMPLATES),
+    backend=st.one_of(USER_TEXT, NAME),
+    model=st.one_of(USER_TEXT, NAME),
+    path=NAME,
+)
 @example(template="cpp-backend", backend="[/x]", model="[bold]", path="p")
 @example(template="cpp-backend", backend="x" * 65, model="m", path="p")
 @example(template="python-backend", backend="ok_name", model="..", path="p")
@@ -192,15 +245,25 @@ def toml_document(data: dict) -> str:
     return "".join(f"{toml_string(key)} = {toml_value(value)}\n" for key, value in data.items())
 
 
-SCALARS = st.one_of(USER_TEXT, st.integers(), st.booleans(), st.floats(allow_nan=False, allow_infinity=False),
-                    st.sampled_from(["16", "FP16", "24.10", "KIND_CPU", "cpp", "vectorized", "true", "8"]))
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(USER_TEXT, inner, max_size=3)), max_leaves=6)
+SCALARS = st.one_of(
+    USER_TEXT,
+    st.integers(),
+    st.booleans(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["16", "FP16", "24.10", "KIND_CPU", "cpp", "vectorized", "true", "8"]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(USER_TEXT, inner, max_size=3)),
+    max_leaves=6,
+)
 ANSWERS = st.dictionaries(st.one_of(st.sampled_from(KEYS), USER_TEXT), VALUES, max_size=4)
 DOCUMENTS = st.one_of(
     ANSWERS,
-    st.fixed_dictionaries({"answers": st.one_of(ANSWERS, VALUES)},
-                          optional={"tbgen": st.one_of(st.fixed_dictionaries({"template": VALUES}), VALUES)}),
+    st.fixed_dictionaries(
+        {"answers": st.one_of(ANSWERS, VALUES)},
+        optional={"tbgen": st.one_of(st.fixed_dictionaries({"template": VALUES}), VALUES)},
+    ),
 )
 
 
@@ -209,7 +272,9 @@ DOCUMENTS = st.one_of(
 @example(data={"answers": 5}, fmt="json", template=None)
 @example(data={"answers": "ab"}, fmt="json", template="python-backend")
 @example(data={"answers": {}, "tbgen": "x"}, fmt="json", template=None)
-@example(data={"answers": {"dims": "[/x]"}, "tbgen": {"template": "python-backend"}}, fmt="toml", template=None)
+@example(
+    data={"answers": {"dims": "[/x]"}, "tbgen": {"template": "python-backend"}}, fmt="toml", template=None
+)
 @example(data={"template": ["[bold]"]}, fmt="json", template=None)
 @example(data={"project_name": "zz"}, fmt="toml", template="python-backend")
 @example(data={"dims": [2, 3], "max_batch_size": 4}, fmt="json", template="python-backend")  # a valid one
@@ -230,10 +295,12 @@ def test_answers_files_that_are_not_answers(text, fmt):
     run_new("--template", "python-backend", "--answers", f"answers.{fmt}", files={f"answers.{fmt}": text})
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe\x00junk", b"dims = \"\xc3\x28\""])
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00junk", b'dims = "\xc3\x28"'])
 def test_answers_files_that_are_not_text(content):
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
         Path("answers.toml").write_bytes(content)
-        result = runner.invoke(app, ["new", "--no-input", "--answers", "answers.toml", "p"], env={"COLUMNS": "200"})
+        result = runner.invoke(
+            app, ["new", "--no-input", "--answers", "answers.toml", "p"], env={"COLUMNS": "200"}
+        )
         assert result.exit_code == 2 and "Cannot read answers" in result.output, result.output
         assert sorted(p.name for p in Path(scratch).iterdir()) == ["answers.toml"]

@@ -122,11 +122,14 @@ def test_real_toolchain_is_ok(monkeypatch, tmp_path):
     assert found["C++17 compiler"].status == doctor.OK
     assert (found["ninja"].status == doctor.OK) == (cmake.tool_on_path("ninja") is not None)
     assert (found["rapidjson"].status == doctor.OK) == any(
-        (prefix / doctor.RAPIDJSON_HEADER).is_file() for prefix in doctor.RAPIDJSON_PREFIXES)
+        (prefix / doctor.RAPIDJSON_HEADER).is_file() for prefix in doctor.RAPIDJSON_PREFIXES
+    )
     nvcc = shutil.which("nvcc")
     if nvcc:
-        release = re.search(r"V(\d+\.\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True,
-                                                                text=True, check=True).stdout).group(1)
+        release = re.search(
+            r"V(\d+\.\d+\.\d+)",
+            subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout,
+        ).group(1)
         assert found["nvcc (for --gpu)"].status == doctor.OK
         assert ";".join(versions.cuda_architectures_for(release)) in found["nvcc (for --gpu)"].found
 

@@ -7,8 +7,14 @@ import pytest
 from triton_backend_gen.commands.infer import build_inputs
 from triton_backend_gen.errors import UsageError
 
-METADATA = {"name": "m", "inputs": [{"name": "TEXT", "datatype": "BYTES"}, {"name": "W", "datatype": "BF16"},
-                                    {"name": "LANG", "datatype": "BYTES"}]}
+METADATA = {
+    "name": "m",
+    "inputs": [
+        {"name": "TEXT", "datatype": "BYTES"},
+        {"name": "W", "datatype": "BF16"},
+        {"name": "LANG", "datatype": "BYTES"},
+    ],
+}
 CONFIG = {"max_batch_size": 0, "input": [{"name": "TEXT"}, {"name": "W"}, {"name": "LANG", "optional": True}]}
 
 

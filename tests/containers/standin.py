@@ -35,7 +35,15 @@ HASH_LABEL = "tbgen.standin.hash"
 RECIPE_VERSION = 1  # bump whenever the layout or image config below changes
 SUITE = "bookworm"
 PACKAGES = (
-    "python3", "python3-numpy", "cmake", "g++", "make", "ninja-build", "rapidjson-dev", "googletest", "zlib1g",
+    "python3",
+    "python3-numpy",
+    "cmake",
+    "g++",
+    "make",
+    "ninja-build",
+    "rapidjson-dev",
+    "googletest",
+    "zlib1g",
     "libpython3.11",  # the python backend stub links libpython3.11.so.1.0; the wheel does not bundle it
 )
 PYTHON_VERSION = "3.11"  # bookworm's python3: picks the wheel's matching python backend stub
@@ -172,8 +180,14 @@ def installed_wheel() -> Wheel:
     return wheel
 
 
-def recipe_hash(wheel_version: str, record: str, *, packages: tuple[str, ...] = PACKAGES, suite: str = SUITE,
-                recipe_version: int = RECIPE_VERSION) -> str:
+def recipe_hash(
+    wheel_version: str,
+    record: str,
+    *,
+    packages: tuple[str, ...] = PACKAGES,
+    suite: str = SUITE,
+    recipe_version: int = RECIPE_VERSION,
+) -> str:
     """sha256 over everything the image is made from, so that a change to any of it forces a rebuild.
 
     The mirror is left out on purpose: the same suite from another mirror is the same image."""
@@ -235,8 +249,10 @@ def _docker_client():
         client.ping()
     except docker.errors.DockerException as err:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise RuntimeError(f"The Docker engine at {host} is not reachable ({err}); start dockerd "
-                           "or point DOCKER_HOST at a running engine.") from err
+        raise RuntimeError(
+            f"The Docker engine at {host} is not reachable ({err}); start dockerd "
+            "or point DOCKER_HOST at a running engine."
+        ) from err
     return client
 
 
@@ -271,7 +287,9 @@ def build_image(client, wheel: Wheel, recipe: str, progress: Progress = print) -
         started = time.monotonic()
         progress(f"debootstrap {SUITE} from {mirror} into {rootfs}")
         debootstrap(rootfs, mirror, work / "debootstrap.out")
-        progress(f"debootstrap done in {time.monotonic() - started:.0f}s; laying out tritonserver {TRITON_VERSION}")
+        progress(
+            f"debootstrap done in {time.monotonic() - started:.0f}s; laying out tritonserver {TRITON_VERSION}"
+        )
         lay_out_server(wheel, rootfs)
         _trim(rootfs)
         check_libraries(rootfs)
@@ -290,17 +308,28 @@ def _check_can_build() -> None:
 
 def debootstrap(rootfs: Path, mirror: str, log: Path) -> None:
     """A minimal bookworm with the toolchain the tests build backends with, and the server's libraries."""
-    command = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), mirror]
+    command = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        SUITE,
+        str(rootfs),
+        mirror,
+    ]
     with log.open("w") as out:
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+        result = subprocess.run(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+        )
     if result.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         detail = rootfs / "debootstrap" / "debootstrap.log"
         detail_tail = detail.read_text(errors="replace").splitlines()[-15:] if detail.is_file() else []
         if detail_tail:
             tail += "\n--- debootstrap.log ---\n" + "\n".join(detail_tail)
-        raise RuntimeError(f"debootstrap failed (exit status {result.returncode}); check that the mirror {mirror} "
-                           f"serves {SUITE} and is reachable:\n{tail}")
+        raise RuntimeError(
+            f"debootstrap failed (exit status {result.returncode}); check that the mirror {mirror} "
+            f"serves {SUITE} and is reachable:\n{tail}"
+        )
 
 
 def lay_out_server(wheel: Wheel, rootfs: Path) -> None:
@@ -314,8 +343,10 @@ def lay_out_server(wheel: Wheel, rootfs: Path) -> None:
     _link_plain_libtritonserver(root / "lib")
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(wheel.server / "backends", root / "backends", symlinks=True, ignore=ignore)
-    shutil.copy2(wheel.server / "python_backend_stubs" / PYTHON_VERSION / STUB_NAME,
-                 root / "backends" / "python" / STUB_NAME)
+    shutil.copy2(
+        wheel.server / "python_backend_stubs" / PYTHON_VERSION / STUB_NAME,
+        root / "backends" / "python" / STUB_NAME,
+    )
     if (wheel.server / "caches").is_dir():
         shutil.copytree(wheel.server / "caches", root / "caches", symlinks=True, ignore=ignore)
     (root / "TRITON_VERSION").write_text(TRITON_VERSION + "\n")
@@ -326,13 +357,19 @@ def _link_plain_libtritonserver(lib: Path) -> None:
     which is what the binaries' NEEDED entries name. Backends built against the NGC layout link the plain one."""
     hashed = sorted(lib.glob("libtritonserver-*.so"))
     if len(hashed) != 1:
-        raise RuntimeError(f"expected one libtritonserver-<hash>.so in the wheel's {WHEEL_LIBS}, found {hashed}")
+        raise RuntimeError(
+            f"expected one libtritonserver-<hash>.so in the wheel's {WHEEL_LIBS}, found {hashed}"
+        )
     (lib / "libtritonserver.so").symlink_to(hashed[0].name)
 
 
 def _trim(rootfs: Path) -> None:
     """Drop downloaded packages and apt lists: they only make the image bigger."""
-    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_Packages", "var/lib/apt/lists/*Release*"):
+    for pattern in (
+        "var/cache/apt/archives/*.deb",
+        "var/lib/apt/lists/*_Packages",
+        "var/lib/apt/lists/*Release*",
+    ):
         for path in rootfs.glob(pattern):
             path.unlink()
 
@@ -341,19 +378,30 @@ def check_libraries(rootfs: Path) -> None:
     """Fail now, not in a test, when a library the server, backend or stub links is missing from the image."""
     env = {"PATH": IMAGE_ENV["PATH"], "LD_LIBRARY_PATH": IMAGE_ENV["LD_LIBRARY_PATH"]}
     for binary in LINKED_BINARIES:
-        result = subprocess.run(["chroot", str(rootfs), "ldd", f"/{binary}"], capture_output=True, text=True,
-                                env=env, stdin=subprocess.DEVNULL, check=False)
+        result = subprocess.run(
+            ["chroot", str(rootfs), "ldd", f"/{binary}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
         missing = [line.strip() for line in result.stdout.splitlines() if "not found" in line]
         if result.returncode != 0 or missing:
-            raise RuntimeError(f"/{binary} does not link inside the image (add the Debian packages that provide "
-                               f"these to PACKAGES):\n{result.stderr.strip()}\n" + "\n".join(missing))
+            raise RuntimeError(
+                f"/{binary} does not link inside the image (add the Debian packages that provide "
+                f"these to PACKAGES):\n{result.stderr.strip()}\n" + "\n".join(missing)
+            )
 
 
 def _pack(rootfs: Path, tarball: Path) -> Path:
     """A tar of the rootfs with numeric owners, as `docker import` wants it."""
     _refuse_mounts_under(rootfs)
-    subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tarball), "."], check=True,
-                   stdin=subprocess.DEVNULL)
+    subprocess.run(
+        ["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tarball), "."],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
     return tarball
 
 
@@ -367,14 +415,18 @@ def _import(client, tarball: Path, recipe: str) -> None:
     changes += ["WORKDIR /opt/tritonserver", f"LABEL {HASH_LABEL}={recipe}"]
     try:
         # A path (not a file object): docker-py then streams it without a read timeout.
-        answer = client.api.import_image_from_file(str(tarball), repository=repository, tag=tag, changes=changes)
+        answer = client.api.import_image_from_file(
+            str(tarball), repository=repository, tag=tag, changes=changes
+        )
     except docker.errors.APIError as err:
         raise RuntimeError(f"docker import of {tarball} failed: {err}") from err
     for line in str(answer).splitlines():
         if line.strip() and "error" in json.loads(line):
             raise RuntimeError(f"docker import of {tarball} failed: {line.strip()}")
     if client.images.get(TAG).labels.get(HASH_LABEL) != recipe:
-        raise RuntimeError(f"the imported {TAG} lacks its {HASH_LABEL} label; the engine ignored the LABEL change")
+        raise RuntimeError(
+            f"the imported {TAG} lacks its {HASH_LABEL} label; the engine ignored the LABEL change"
+        )
 
 
 # --- the temporary workspace, and debootstrap's mounts in it ----------------------------------------------
@@ -409,8 +461,10 @@ def _mounts_under(directory: Path) -> list[Path]:
 def _refuse_mounts_under(directory: Path) -> None:
     left = _mounts_under(directory)
     if left:
-        raise RuntimeError(f"{directory} still has mounts in it ({', '.join(map(str, left))}); unmount them "
-                           f"(umount -l) and remove {directory} by hand")
+        raise RuntimeError(
+            f"{directory} still has mounts in it ({', '.join(map(str, left))}); unmount them "
+            f"(umount -l) and remove {directory} by hand"
+        )
 
 
 def main() -> int:

@@ -69,8 +69,17 @@ def test_composed_models_pass_in_a_container(tmp_path, standin_image):
     """An ensemble around the C++ backend, then a BLS fan-out added to the same project, served by the image."""
     triton_sources_or_skip("r24.10")
     project = tmp_path / "pipe"
-    created = run_tbgen("new", str(project), "-t", "cpp-backend", "--pattern", "ensemble", "--no-input",
-                        "--triton-version", "24.10")
+    created = run_tbgen(
+        "new",
+        str(project),
+        "-t",
+        "cpp-backend",
+        "--pattern",
+        "ensemble",
+        "--no-input",
+        "--triton-version",
+        "24.10",
+    )
     assert created.returncode == 0, created.stdout + created.stderr
     added = run_tbgen("add", "model", "fan", "--pattern", "bls-async", cwd=project)
     assert added.returncode == 0, added.stdout + added.stderr
@@ -93,7 +102,9 @@ def test_python_backend_passes_in_a_container(tmp_path, standin_image):
 def test_a_model_that_fails_to_load_keeps_its_log_and_no_container(tmp_path, standin_image):
     project = new_project(tmp_path, "python-backend")
     model = project / "model_repository" / "add_sub" / "1" / "model.py"
-    model.write_text(model.read_text().replace("def initialize(self, args", "def initialize(self, args, broken"))
+    model.write_text(
+        model.read_text().replace("def initialize(self, args", "def initialize(self, args, broken")
+    )
     result = run_tbgen("test", str(project), "--docker", "--image", standin_image)
     assert result.returncode == 1
     assert "Models failed to load: add_sub" in result.stderr
@@ -105,8 +116,20 @@ def test_a_model_that_fails_to_load_keeps_its_log_and_no_container(tmp_path, sta
 def test_an_interrupted_serve_stops_and_removes_its_container(tmp_path, standin_image, docker_client, signum):
     project = new_project(tmp_path, "python-backend")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "triton_backend_gen", "serve", str(project), "--docker", "--image", standin_image],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"},
+        [
+            sys.executable,
+            "-m",
+            "triton_backend_gen",
+            "serve",
+            str(project),
+            "--docker",
+            "--image",
+            standin_image,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
     )
     try:
         for line in serve.stdout:
@@ -123,12 +146,24 @@ def test_an_interrupted_serve_stops_and_removes_its_container(tmp_path, standin_
     assert tbgen_containers(docker_client) == []
 
 
-def test_a_killed_tbgen_leaves_a_container_that_doctor_lists_and_clean_removes(tmp_path, standin_image,
-                                                                               docker_client):
+def test_a_killed_tbgen_leaves_a_container_that_doctor_lists_and_clean_removes(
+    tmp_path, standin_image, docker_client
+):
     project = new_project(tmp_path, "python-backend")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "triton_backend_gen", "serve", str(project), "--docker", "--image", standin_image],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "triton_backend_gen",
+            "serve",
+            str(project),
+            "--docker",
+            "--image",
+            standin_image,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     for line in serve.stdout:
         if "Serving" in line:
@@ -151,7 +186,9 @@ def test_package_builds_an_image_that_passes_the_smoke_suite(tmp_path, standin_i
     project = new_project(tmp_path, "cpp-backend")
     tag = f"tbgen-test-package-{os.getpid()}:latest"
     try:
-        result = run_tbgen("package", str(project), "--base-image", standin_image, "--image-tag", tag, "--test")
+        result = run_tbgen(
+            "package", str(project), "--base-image", standin_image, "--image-tag", tag, "--test"
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert "from Triton's sources from tbgen's cache" in result.stdout
         assert " 0 failed" in result.stdout
@@ -159,7 +196,8 @@ def test_package_builds_an_image_that_passes_the_smoke_suite(tmp_path, standin_i
         assert image.labels["tbgen.project"] == str(project)
         # The backend and the models are in the image: the test above mounted nothing.
         listing = docker_client.containers.run(
-            tag, ["ls", "/opt/tritonserver/backends/proj", "/models/add_sub"], remove=True).decode()
+            tag, ["ls", "/opt/tritonserver/backends/proj", "/models/add_sub"], remove=True
+        ).decode()
         assert "libtriton_proj.so" in listing and "config.pbtxt" in listing
         assert not (project / "third_party" / "triton").exists()  # the sources went only into the context
     finally:
@@ -189,14 +227,18 @@ SPDLOG_USE = '  spdlog::info("backend {} logs with spdlog", name);\n'
 
 
 @pytest.mark.cpp
-def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(tmp_path, standin_image, docker_client):
+def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(
+    tmp_path, standin_image, docker_client
+):
     """Debian's spdlog (and the fmt it needs) is on this machine, not in the stand-in image: `tbgen add library`
     links it, the backend uses it at load time, `tbgen check --docker` names both libraries as missing in the
     image, and `tbgen package` carries them beside the backend, where the packaged image's server loads them."""
     triton_sources_or_skip("r24.10")
     if subprocess.run(["dpkg", "-s", "libspdlog-dev"], capture_output=True, check=False).returncode != 0:
-        pytest.skip("Debian's libspdlog-dev is not installed (scripts/setup installs it: apt-get install "
-                    "libspdlog-dev)")
+        pytest.skip(
+            "Debian's libspdlog-dev is not installed (scripts/setup installs it: apt-get install "
+            "libspdlog-dev)"
+        )
     project = new_project(tmp_path, "cpp-backend")
     assert not list((project / "cmake").glob("libraries/*.cmake")), "a plain cpp-backend links no library"
     added = run_tbgen("add", "library", "spdlog", str(project), "--find-package", "spdlog")
@@ -206,14 +248,21 @@ def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(tmp_
     text = source.read_text()
     anchor = "  RETURN_IF_ERROR(TRITONBACKEND_BackendName(backend, &name));\n"
     assert anchor in text
-    text = text.replace('#include "triton/backend/backend_common.h"',
-                        '#include <spdlog/spdlog.h>\n\n#include "triton/backend/backend_common.h"', 1)
+    text = text.replace(
+        '#include "triton/backend/backend_common.h"',
+        '#include <spdlog/spdlog.h>\n\n#include "triton/backend/backend_common.h"',
+        1,
+    )
     source.write_text(text.replace(anchor, anchor + SPDLOG_USE, 1))
 
     built = run_tbgen("build", str(project))
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    dynamic = subprocess.run(["readelf", "-d", str(project / "build/install/backends/proj/libtriton_proj.so")],
-                             capture_output=True, text=True, check=True).stdout
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(project / "build/install/backends/proj/libtriton_proj.so")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "[libspdlog.so.1.10]" in dynamic and "(RPATH)" in dynamic and "[$ORIGIN]" in dynamic
     tested = run_tbgen("test", str(project))
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
@@ -221,22 +270,31 @@ def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(tmp_
     checked = run_tbgen("check", str(project), "--docker", "--image", standin_image)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     said = " ".join(checked.stdout.split())  # Rich wraps long lines
-    assert (f"libspdlog.so.1.10, which libtriton_proj.so needs, is not in {standin_image}: `tbgen package` carries "
-            "it beside the backend") in said
+    assert (
+        f"libspdlog.so.1.10, which libtriton_proj.so needs, is not in {standin_image}: `tbgen package` carries "
+        "it beside the backend"
+    ) in said
     assert "apt-get install libspdlog1.10" in said
     assert "libfmt.so.9, which libtriton_proj.so and libspdlog.so.1.10 need" in said
 
     tag = f"tbgen-test-carried-{os.getpid()}:latest"
     try:
-        packaged = run_tbgen("package", str(project), "--base-image", standin_image, "--image-tag", tag, "--test")
+        packaged = run_tbgen(
+            "package", str(project), "--base-image", standin_image, "--image-tag", tag, "--test"
+        )
         assert packaged.returncode == 0, packaged.stdout[-3000:] + packaged.stderr[-3000:]
-        assert ("from the backend built on this machine, carrying libspdlog.so.1.10, libfmt.so.9"
-                in " ".join(packaged.stdout.split()))
+        assert "from the backend built on this machine, carrying libspdlog.so.1.10, libfmt.so.9" in " ".join(
+            packaged.stdout.split()
+        )
         assert " 0 failed" in packaged.stdout
         assert "backend proj logs with spdlog" in (project / "build" / "tbgen" / "server.log").read_text()
-        listing = docker_client.containers.run(tag, ["ls", "/opt/tritonserver/backends/proj"], remove=True).decode()
+        listing = docker_client.containers.run(
+            tag, ["ls", "/opt/tritonserver/backends/proj"], remove=True
+        ).decode()
         assert set(listing.split()) == {"libtriton_proj.so", "libspdlog.so.1.10", "libfmt.so.9"}
-        assert not (project / "third_party" / "backend").exists()  # the staged backend went only into the context
+        assert not (
+            project / "third_party" / "backend"
+        ).exists()  # the staged backend went only into the context
     finally:
         try:
             docker_client.images.remove(tag, force=True)
@@ -251,8 +309,17 @@ def test_a_framework_backend_is_served_by_its_packaged_image(tmp_path, standin_i
     suite. (libtorch goes the same way; its closure is about 470 MB, too much for the suite.)"""
     triton_sources_or_skip("r24.10")
     project = tmp_path / "proj"
-    created = run_tbgen("new", str(project), "-t", "cpp-backend", "--no-input", "--triton-version", "24.10",
-                        "--framework", "opencv-dnn")
+    created = run_tbgen(
+        "new",
+        str(project),
+        "-t",
+        "cpp-backend",
+        "--no-input",
+        "--triton-version",
+        "24.10",
+        "--framework",
+        "opencv-dnn",
+    )
     assert created.returncode == 0, created.stdout + created.stderr
     if "Example model: wrote" not in created.stdout:
         pytest.skip(f"no example model.onnx: {created.stdout} (scripts/setup installs onnx<1.18)")
@@ -266,12 +333,18 @@ def test_a_framework_backend_is_served_by_its_packaged_image(tmp_path, standin_i
 
     tag = f"tbgen-test-framework-{os.getpid()}:latest"
     try:
-        packaged = run_tbgen("package", str(project), "--base-image", standin_image, "--image-tag", tag, "--test")
+        packaged = run_tbgen(
+            "package", str(project), "--base-image", standin_image, "--image-tag", tag, "--test"
+        )
         assert packaged.returncode == 0, packaged.stdout[-3000:] + packaged.stderr[-3000:]
         assert "carrying" in packaged.stdout and "libopencv_dnn.so" in " ".join(packaged.stdout.split())
         assert " 0 failed" in packaged.stdout
-        listing = docker_client.containers.run(tag, ["ls", "/opt/tritonserver/backends/proj"], remove=True).decode()
-        assert "libtriton_proj.so" in listing.split() and any(n.startswith("libopencv_dnn.so") for n in listing.split())
+        listing = docker_client.containers.run(
+            tag, ["ls", "/opt/tritonserver/backends/proj"], remove=True
+        ).decode()
+        assert "libtriton_proj.so" in listing.split() and any(
+            n.startswith("libopencv_dnn.so") for n in listing.split()
+        )
     finally:
         try:
             docker_client.images.remove(tag, force=True)

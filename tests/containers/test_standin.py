@@ -36,9 +36,11 @@ def test_deb822_picks_the_stanza_listing_the_suite() -> None:
 
 
 def test_deb822_skips_disabled_and_source_stanzas() -> None:
-    text = ("Types: deb\nURIs: http://off.example/debian\nSuites: bookworm\nEnabled: no\n\n"
-            "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\n\n"
-            "Types: deb\nURIs: mirror+file:/etc/apt/mirrors.txt\n  http://on.example/debian\nSuites: bookworm\n")
+    text = (
+        "Types: deb\nURIs: http://off.example/debian\nSuites: bookworm\nEnabled: no\n\n"
+        "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\n\n"
+        "Types: deb\nURIs: mirror+file:/etc/apt/mirrors.txt\n  http://on.example/debian\nSuites: bookworm\n"
+    )
     assert standin.mirror_from_deb822(text) == "http://on.example/debian"
 
 

@@ -39,9 +39,22 @@ def remove_image(docker_client, tag: str) -> None:
 
 def stopped_by_sigterm(docker_client, project) -> None:
     """SIGTERM while the pod starts: tbgen exits 143 and leaves no container."""
-    process = subprocess.Popen([sys.executable, "-m", "triton_backend_gen", "deploy", "local", "--project",
-                                str(project), "--chart", str(project / "slow-chart")], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "triton_backend_gen",
+            "deploy",
+            "local",
+            "--project",
+            str(project),
+            "--chart",
+            str(project / "slow-chart"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not containers_of(docker_client, project) and time.monotonic() < deadline:
@@ -57,13 +70,15 @@ def stopped_by_sigterm(docker_client, project) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("template", ["python-backend", "cpp-backend", "decoupled-backend"])
-def test_the_charts_pod_spec_serves_passes_its_probes_and_the_smoke_suite(tmp_path, standin_image, docker_client,
-                                                                          deploy_tools, template):
+def test_the_charts_pod_spec_serves_passes_its_probes_and_the_smoke_suite(
+    tmp_path, standin_image, docker_client, deploy_tools, template
+):
     name = f"dl{os.getpid()}-{template.split('-')[0]}"
     project = new_project(tmp_path, template, name=name)
     try:
-        result = run_tbgen("deploy", "local", "--project", str(project), "--base-image", standin_image,
-                           timeout=1800)
+        result = run_tbgen(
+            "deploy", "local", "--project", str(project), "--base-image", standin_image, timeout=1800
+        )
         output = " ".join(result.stdout.split())
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
         assert f"packaging {name} into {name}:latest first" in output
@@ -76,11 +91,28 @@ def test_the_charts_pod_spec_serves_passes_its_probes_and_the_smoke_suite(tmp_pa
         assert "--http-address=127.0.0.1" in log.splitlines()[0]
 
         if template == "python-backend":  # a chart whose startup probe cannot wait for the load: restarted
-            rendered = run_tbgen("deploy", "helm", "--project", str(project), "--force", "--set",
-                                 "probes.startup.failureThreshold=1", "--set", "probes.startup.periodSeconds=1")
+            rendered = run_tbgen(
+                "deploy",
+                "helm",
+                "--project",
+                str(project),
+                "--force",
+                "--set",
+                "probes.startup.failureThreshold=1",
+                "--set",
+                "probes.startup.periodSeconds=1",
+            )
             assert rendered.returncode == 0, rendered.stderr
-            slow = run_tbgen("deploy", "helm", "--project", str(project), "--out", str(project / "slow-chart"),
-                             "--set", "probes.startup.periodSeconds=60")  # the second probe a minute later
+            slow = run_tbgen(
+                "deploy",
+                "helm",
+                "--project",
+                str(project),
+                "--out",
+                str(project / "slow-chart"),
+                "--set",
+                "probes.startup.periodSeconds=60",
+            )  # the second probe a minute later
             assert slow.returncode == 0, slow.stderr
             failed = run_tbgen("deploy", "local", "--project", str(project))
             assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]

@@ -68,8 +68,17 @@ class Health:
         self.server.shutdown()
         self.server.server_close()
 
-    def probe(self, kind: str, path: str, *, period: int = 1, timeout: int = 1, success: int = 1,
-              failure: int = 3, initial_delay: int = 0) -> Probe:
+    def probe(
+        self,
+        kind: str,
+        path: str,
+        *,
+        period: int = 1,
+        timeout: int = 1,
+        success: int = 1,
+        failure: int = 3,
+        initial_delay: int = 0,
+    ) -> Probe:
         return Probe(kind, path, self.port, initial_delay, period, timeout, success, failure)
 
 
@@ -95,24 +104,32 @@ def test_the_startup_probe_trips_at_its_failure_threshold_as_the_kubelet_would_r
 
 def test_an_answer_slower_than_the_timeout_is_a_failure():
     with Health(delay=1.5) as health:
-        monitor = ProbeMonitor({"startup": health.probe("startup", "/ready", timeout=1, failure=2)},
-                               alive=lambda: True)
+        monitor = ProbeMonitor(
+            {"startup": health.probe("startup", "/ready", timeout=1, failure=2)}, alive=lambda: True
+        )
         with pytest.raises(DeployError, match="timed out"):
             monitor.wait_started()
 
 
 def test_a_container_that_exits_fails_the_startup_at_once():
     with Health(not_ready=100) as health:
-        monitor = ProbeMonitor({"startup": health.probe("startup", "/ready", failure=30)}, alive=lambda: False)
+        monitor = ProbeMonitor(
+            {"startup": health.probe("startup", "/ready", failure=30)}, alive=lambda: False
+        )
         with pytest.raises(DeployError, match="exited before its startup probe passed"):
             monitor.wait_started()
 
 
 def test_readiness_needs_its_success_threshold_and_liveness_trips_after_its_failures():
     with Health(not_ready=1) as health:
-        monitor = ProbeMonitor({"startup": health.probe("startup", "/live"),
-                                "readiness": health.probe("readiness", "/ready", success=2),
-                                "liveness": health.probe("liveness", "/live", failure=2)}, alive=lambda: True)
+        monitor = ProbeMonitor(
+            {
+                "startup": health.probe("startup", "/live"),
+                "readiness": health.probe("readiness", "/ready", success=2),
+                "liveness": health.probe("liveness", "/live", failure=2),
+            },
+            alive=lambda: True,
+        )
         monitor.wait_started()
         monitor.run_in_background()
         ready_after = monitor.wait_ready(timeout=10)
@@ -122,8 +139,10 @@ def test_readiness_needs_its_success_threshold_and_liveness_trips_after_its_fail
         monitor.halt()
     results = {r.name: r for r in monitor.results()}
     assert results["startup probe"].passed and results["readiness probe"].passed
-    assert not results["liveness probe"].passed and "the kubelet would have restarted it" in \
-        results["liveness probe"].detail
+    assert (
+        not results["liveness probe"].passed
+        and "the kubelet would have restarted it" in results["liveness probe"].detail
+    )
 
 
 def test_the_pod_spec_of_the_chart_becomes_the_containers_settings(tmp_path, deploy_tools):
@@ -131,8 +150,12 @@ def test_the_pod_spec_of_the_chart_becomes_the_containers_settings(tmp_path, dep
     chart = render_helm(project).directory
     pod = pod_container(deployment_of(template_chart(chart, release="t")))
     assert pod.image == "pods:latest" and pod.command == ("tritonserver",)
-    assert pod.args[:4] == ("--model-repository=/models", "--http-port=8000", "--grpc-port=8001",
-                            "--metrics-port=8002")
+    assert pod.args[:4] == (
+        "--model-repository=/models",
+        "--http-port=8000",
+        "--grpc-port=8001",
+        "--metrics-port=8002",
+    )
     assert pod.ports == {"http": 8000, "grpc": 8001, "metrics": 8002} and pod.env == {"HOME": "/tmp"}
     assert pod.shm_bytes == 2**30 and pod.tmpfs == ("/tmp",) and pod.user == "1000:1000"
     assert pod.read_only and pod.drop_all and pod.no_new_privileges and pod.gpus == 0
@@ -143,4 +166,8 @@ def test_the_pod_spec_of_the_chart_becomes_the_containers_settings(tmp_path, dep
     assert spec["entrypoint"] == ["tritonserver"] and spec["network_mode"] == "host"
     assert spec["command"][-3:] == [f"{flag}=127.0.0.1" for flag in ADDRESS_FLAGS]
     assert spec["user"] == "1000:1000" and spec["read_only"] and spec["tmpfs"] == {"/tmp": ""}
-    assert spec["shm_size"] == 2**30 and spec["cap_drop"] == ["ALL"] and spec["security_opt"] == ["no-new-privileges"]
+    assert (
+        spec["shm_size"] == 2**30
+        and spec["cap_drop"] == ["ALL"]
+        and spec["security_opt"] == ["no-new-privileges"]
+    )

@@ -80,12 +80,19 @@ def test_the_python_backend_gets_a_larger_shm_and_memory_than_a_cpp_backend(proj
 def test_the_image_defaults_to_the_tag_tbgen_package_gives_and_options_override_it(projects):
     values = project_values(projects["cpp"]).values
     assert (values["image"]["repository"], values["image"]["tag"]) == ("cpu", "latest")
-    options = ChartOptions(image="registry.example.invalid:5000/team/cpu:1.2", replicas=3,
-                           model_control_mode="explicit", server_args=["--log-info=true"],
-                           settings=["server.loadModels=[add_sub]", "autoscaling.enabled=true"])
+    options = ChartOptions(
+        image="registry.example.invalid:5000/team/cpu:1.2",
+        replicas=3,
+        model_control_mode="explicit",
+        server_args=["--log-info=true"],
+        settings=["server.loadModels=[add_sub]", "autoscaling.enabled=true"],
+    )
     values = project_values(projects["cpp"], options).values
-    assert values["image"] == {"repository": "registry.example.invalid:5000/team/cpu", "tag": "1.2",
-                               "pullPolicy": "IfNotPresent"}
+    assert values["image"] == {
+        "repository": "registry.example.invalid:5000/team/cpu",
+        "tag": "1.2",
+        "pullPolicy": "IfNotPresent",
+    }
     assert values["replicaCount"] == 3 and values["server"]["extraArgs"] == ["--log-info=true"]
     assert values["server"]["loadModels"] == ["add_sub"] and values["autoscaling"]["enabled"] is True
 
@@ -102,25 +109,38 @@ def test_split_image_and_set_parsing():
     assert split_image("host:5000/proj") == ("host:5000/proj", "latest")
     with pytest.raises(UsageError, match="digest"):
         split_image("proj@sha256:abc")
-    assert parse_settings(["a.b=1", "c=true", "d=[x, y]", "e=text"]) == {"a.b": 1, "c": True, "d": ["x", "y"],
-                                                                         "e": "text"}
+    assert parse_settings(["a.b=1", "c=true", "d=[x, y]", "e=text"]) == {
+        "a.b": 1,
+        "c": True,
+        "d": ["x", "y"],
+        "e": "text",
+    }
     with pytest.raises(UsageError, match="KEY=VALUE"):
         parse_settings(["replicas"])
     assert apply_settings({"a": {"b": 1, "c": 2}}, {"a.b": 3}) == {"a": {"b": 3, "c": 2}}
 
 
-@pytest.mark.parametrize(("settings", "message"), [
-    (["replicaCount=-1"], "replicaCount: -1 is less than the minimum of 0"),
-    (["ports.grpc=8000"], "ports: http (8000), grpc (8000) and metrics (8002) must differ"),
-    (["autoscaling.metric=latency"], "autoscaling.metric: 'latency' is not one of"),
-    (["autoscaling.minReplicas=5", "autoscaling.maxReplicas=2"], "minReplicas (5) is above maxReplicas (2)"),
-    (["server.modelControlMode=explicit", "server.loadModels=[nope]"], "nope is not a model of the project"),
-    (["server.loadModels=[add_sub]"], "server.loadModels needs server.modelControlMode=explicit"),
-    (["sharedMemory=4Gi"], "sharedMemory (4Gi) counts against resources.limits.memory (2Gi)"),
-    (["resources.requests.memory=3Gi"], "the memory request (3Gi) is above its limit (2Gi)"),
-    (["server.extraArgs=[log-verbose]"], "server.extraArgs.0: 'log-verbose' does not match"),
-    (["replicas=2"], "Additional properties are not allowed ('replicas' was unexpected)"),
-])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["replicaCount=-1"], "replicaCount: -1 is less than the minimum of 0"),
+        (["ports.grpc=8000"], "ports: http (8000), grpc (8000) and metrics (8002) must differ"),
+        (["autoscaling.metric=latency"], "autoscaling.metric: 'latency' is not one of"),
+        (
+            ["autoscaling.minReplicas=5", "autoscaling.maxReplicas=2"],
+            "minReplicas (5) is above maxReplicas (2)",
+        ),
+        (
+            ["server.modelControlMode=explicit", "server.loadModels=[nope]"],
+            "nope is not a model of the project",
+        ),
+        (["server.loadModels=[add_sub]"], "server.loadModels needs server.modelControlMode=explicit"),
+        (["sharedMemory=4Gi"], "sharedMemory (4Gi) counts against resources.limits.memory (2Gi)"),
+        (["resources.requests.memory=3Gi"], "the memory request (3Gi) is above its limit (2Gi)"),
+        (["server.extraArgs=[log-verbose]"], "server.extraArgs.0: 'log-verbose' does not match"),
+        (["replicas=2"], "Additional properties are not allowed ('replicas' was unexpected)"),
+    ],
+)
 def test_bad_values_fail_with_the_value_and_the_rule(projects, settings, message):
     with pytest.raises(UsageError) as caught:
         project_values(projects["cpp"], ChartOptions(settings=settings))
@@ -134,8 +154,10 @@ def test_the_defaults_keep_every_rule(projects):
         json.dumps(values)  # plain data, as values.yaml and helm take it
 
 
-@pytest.mark.parametrize("command", [["deploy"], ["deploy", "helm"], ["deploy", "manifests"], ["deploy", "check"],
-                                     ["deploy", "local"]])
+@pytest.mark.parametrize(
+    "command",
+    [["deploy"], ["deploy", "helm"], ["deploy", "manifests"], ["deploy", "check"], ["deploy", "local"]],
+)
 def test_every_deploy_command_has_help(command):
     result = run_tbgen(*command, "--help")
     assert result.returncode == 0 and "Usage" in result.stdout, result.stderr
@@ -145,8 +167,10 @@ def test_every_deploy_command_has_help(command):
 def test_deploy_help_does_not_import_the_deploy_tools():
     """helm's wheel, the Kubernetes schemas, jsonschema and yamllint (the deploy extra) load when a deploy command
     runs, not for its --help."""
-    code = ("import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['deploy', 'helm', '--help'])\n"
-            "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('kubernetes_validate', 'yamllint', 'jsonschema', 'docker')))\n")
+    code = (
+        "import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['deploy', 'helm', '--help'])\n"
+        "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('kubernetes_validate', 'yamllint', 'jsonschema', 'docker')))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"

@@ -69,12 +69,24 @@ def test_an_unreachable_engine_says_how_to_start_it(tmp_path, monkeypatch):
 
 def test_a_script_container_runs_sh_as_the_invoking_user_with_tbgens_labels(tmp_path):
     mounts = [engine.Mount(tmp_path, Path("/work"), read_only=False)]
-    spec = engine.script_spec("img", "set -e\ntrue", mounts, engine.ROLE_BUILD, tmp_path,
-                              environment={"PIP_INDEX_URL": "file:///idx"})
+    spec = engine.script_spec(
+        "img",
+        "set -e\ntrue",
+        mounts,
+        engine.ROLE_BUILD,
+        tmp_path,
+        environment={"PIP_INDEX_URL": "file:///idx"},
+    )
     assert spec["image"] == "img" and spec["command"] == ["sh", "-c", "set -e\ntrue"] and spec["detach"]
-    assert spec["volumes"] == {str(tmp_path): {"bind": "/work", "mode": "rw"}} and spec["network_mode"] == "host"
+    assert (
+        spec["volumes"] == {str(tmp_path): {"bind": "/work", "mode": "rw"}} and spec["network_mode"] == "host"
+    )
     assert spec["user"] == f"{os.getuid()}:{os.getgid()}" and "working_dir" not in spec
     assert spec["environment"] == {"HOME": "/tmp", "PIP_INDEX_URL": "file:///idx"}
-    assert spec["labels"][engine.ROLE_LABEL] == "build" and spec["labels"][engine.PROJECT_LABEL] == str(tmp_path)
-    pinned = engine.script_spec("img", "true", [], engine.ROLE_BUILD, tmp_path, working_dir=tmp_path, user="1:2")
+    assert spec["labels"][engine.ROLE_LABEL] == "build" and spec["labels"][engine.PROJECT_LABEL] == str(
+        tmp_path
+    )
+    pinned = engine.script_spec(
+        "img", "true", [], engine.ROLE_BUILD, tmp_path, working_dir=tmp_path, user="1:2"
+    )
     assert pinned["working_dir"] == str(tmp_path) and pinned["user"] == "1:2" and pinned["volumes"] == {}

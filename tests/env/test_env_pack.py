@@ -22,14 +22,19 @@ PACKAGE = "inflection"
 @pytest.fixture
 def project(tmp_path) -> Path:
     if importlib.util.find_spec(PACKAGE) is not None:
-        pytest.skip(f"{PACKAGE} is installed in tbgen's Python, so the server's stub would find it without an env")
+        pytest.skip(
+            f"{PACKAGE} is installed in tbgen's Python, so the server's stub would find it without an env"
+        )
     if importlib.util.find_spec("venv_pack") is None:
         pytest.skip("venv-pack is not installed (pip install 'triton-backend-gen[deploy]')")
     project = new_project(tmp_path, "python-backend")
     model = project / "model_repository" / "add_sub"
     replace_once(model / "1" / "model.py", "import numpy as np\n", f"import {PACKAGE}\nimport numpy as np\n")
-    replace_once(model / "1" / "model.py", "    return {OUTPUT0: in0 + in1,",
-                 f"    assert {PACKAGE}.underscore('AddSub') == 'add_sub'\n    return {{OUTPUT0: in0 + in1,")
+    replace_once(
+        model / "1" / "model.py",
+        "    return {OUTPUT0: in0 + in1,",
+        f"    assert {PACKAGE}.underscore('AddSub') == 'add_sub'\n    return {{OUTPUT0: in0 + in1,",
+    )
     (model / "requirements.txt").write_text(f"{PACKAGE}==0.5.1\n")
     return project
 
@@ -90,8 +95,9 @@ def with_pyvenv_cfg(tarball: Path, text: str) -> None:
     original.unlink()
 
 
-def test_packed_in_the_image_it_passes_in_a_container_and_in_the_packaged_image(project, standin_image,
-                                                                                docker_client):
+def test_packed_in_the_image_it_passes_in_a_container_and_in_the_packaged_image(
+    project, standin_image, docker_client
+):
     # An environment of the image's Python whose base interpreter is nowhere in the image: refused
     local = run_tbgen("env", "pack", cwd=project)
     assert local.returncode == 0, local.stderr
@@ -101,7 +107,9 @@ def test_packed_in_the_image_it_passes_in_a_container_and_in_the_packaged_image(
     with_pyvenv_cfg(tarball, f"home = /opt/tbgen-no-python/bin\nversion = {python}.1\n")
     refused = run_tbgen("test", "--docker", "--image", standin_image, cwd=project)
     assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert f"base interpreter /opt/tbgen-no-python/bin/python{python} does not exist on image" in refused.stderr
+    assert (
+        f"base interpreter /opt/tbgen-no-python/bin/python{python} does not exist on image" in refused.stderr
+    )
     assert f"tbgen env pack --docker --image {standin_image}" in refused.stderr
 
     packed = run_tbgen("env", "pack", "--docker", "--image", standin_image, cwd=project)

@@ -39,14 +39,19 @@ def test_the_parameter_is_added_once_and_replaced_in_place():
     other = added.replace(VALUE, "/opt/envs/old.tar.gz")
     assert with_env_parameter(other, VALUE) == added
     with pytest.raises(ConfigError):
-        with_env_parameter(text + 'parameters [{ key: "EXECUTION_ENV_PATH", value: { string_value: "x" }}]', VALUE)
+        with_env_parameter(
+            text + 'parameters [{ key: "EXECUTION_ENV_PATH", value: { string_value: "x" }}]', VALUE
+        )
 
 
 def test_a_packed_env_is_read_and_judged(tmp_path):
-    tarball = packed(tmp_path, "home = /usr/bin\nversion = 3.11.2\n",
-                     "lib/python3.11/site-packages/numpy/__init__.py",
-                     "lib/python3.11/site-packages/inflection.py",
-                     "lib/python3.11/site-packages/inflection-0.5.1.dist-info/METADATA")
+    tarball = packed(
+        tmp_path,
+        "home = /usr/bin\nversion = 3.11.2\n",
+        "lib/python3.11/site-packages/numpy/__init__.py",
+        "lib/python3.11/site-packages/inflection.py",
+        "lib/python3.11/site-packages/inflection-0.5.1.dist-info/METADATA",
+    )
     env = read_packed_env(tarball)
     assert (env.python, env.interpreter) == ("3.11", "/usr/bin/python3.11")
     assert env.modules == {"numpy", "inflection"}
@@ -62,7 +67,10 @@ def test_a_packed_env_is_read_and_judged(tmp_path):
 def test_a_conda_pack_tarball_is_read_and_anything_else_refused(tmp_path):
     conda = tmp_path / "conda.tar.gz"
     with tarfile.open(conda, "w:gz") as tar:
-        for name in ("conda-meta/python-3.10.14-h955ad1f_1.json", "lib/python3.10/site-packages/numpy/__init__.py"):
+        for name in (
+            "conda-meta/python-3.10.14-h955ad1f_1.json",
+            "lib/python3.10/site-packages/numpy/__init__.py",
+        ):
             tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
     env = read_packed_env(conda)
     assert (env.python, env.interpreter, env.modules) == ("3.10", "", {"numpy"})
@@ -77,10 +85,19 @@ def test_a_conda_pack_tarball_is_read_and_anything_else_refused(tmp_path):
 
 def test_imports_the_environment_does_not_satisfy(tmp_path):
     model = tmp_path / "model.py"
-    model.write_text("import json, numpy as np\nfrom inflection import underscore\nimport triton_python_backend_utils "
-                     "as pb\nfrom . import helpers\nimport tokenizer_utils\nimport requests.adapters\n")
+    model.write_text(
+        "import json, numpy as np\nfrom inflection import underscore\nimport triton_python_backend_utils "
+        "as pb\nfrom . import helpers\nimport tokenizer_utils\nimport requests.adapters\n"
+    )
     imports = model_imports(model)
-    assert imports == {"json", "numpy", "inflection", "triton_python_backend_utils", "tokenizer_utils", "requests"}
+    assert imports == {
+        "json",
+        "numpy",
+        "inflection",
+        "triton_python_backend_utils",
+        "tokenizer_utils",
+        "requests",
+    }
     assert unsatisfied_imports(imports, {"numpy", "inflection"}, {"tokenizer_utils"}) == ["requests"]
 
 
@@ -91,7 +108,9 @@ def test_the_pack_script_adds_numpy_unless_named_and_keeps_tbgen_out(tmp_path):
     assert "-m venv --without-pip" in script and "'numpy<2'" in script and f"-r {requirements}" in script
     assert f"PYTHONPATH={tmp_path / 'tools'}" in script and "-m venv_pack" in script
     requirements.write_text("numpy==1.26.4\ninflection\n")
-    assert "numpy<2" not in pack_script("python3", requirements, tmp_path / "o", tmp_path / "w", tmp_path / "t")
+    assert "numpy<2" not in pack_script(
+        "python3", requirements, tmp_path / "o", tmp_path / "w", tmp_path / "t"
+    )
 
 
 def test_pip_settings_reach_the_container(tmp_path, monkeypatch):
@@ -99,8 +118,14 @@ def test_pip_settings_reach_the_container(tmp_path, monkeypatch):
     index.mkdir(parents=True)
     for variable in [v for v in os.environ if v.startswith("PIP_")]:
         monkeypatch.delenv(variable)  # pip's environment settings win over its config files: none here
-    variables, paths = pip_settings([f"global.extra-index-url='file://{index} https://mirror.invalid/simple'",
-                                     f"global.find-links='{tmp_path}'", "global.timeout='60'", "not a setting"])
+    variables, paths = pip_settings(
+        [
+            f"global.extra-index-url='file://{index} https://mirror.invalid/simple'",
+            f"global.find-links='{tmp_path}'",
+            "global.timeout='60'",
+            "not a setting",
+        ]
+    )
     assert variables["PIP_EXTRA_INDEX_URL"].startswith("file://") and variables["PIP_TIMEOUT"] == "60"
     assert paths == [tmp_path / "pypi", tmp_path]  # a local index's files sit beside its simple/ pages
     monkeypatch.setenv("PIP_TIMEOUT", "90")
@@ -121,7 +146,10 @@ def test_a_packed_environment_is_ignored_by_git_and_kept_in_the_image_context(re
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     ignored = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", str(packed_env)])
     assert ignored.returncode == 0, "git does not ignore the packed environment"
-    patterns = [line for line in (project / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line
+        for line in (project / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     context = exclude_paths(str(project), patterns)
     assert str(packed_env.relative_to(project)) in context

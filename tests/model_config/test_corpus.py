@@ -24,7 +24,9 @@ def expectation(path: Path) -> tuple[str, str, int | None]:
     """(severity, message fragment, marked line or None) that ``path`` announces."""
     lines = path.read_text().splitlines()
     match = HEADER.match(lines[0])
-    assert match, f"{path.name}: the first line must be '# expect: <fragment>' or '# expect warning: <fragment>'"
+    assert match, (
+        f"{path.name}: the first line must be '# expect: <fragment>' or '# expect warning: <fragment>'"
+    )
     marked = [number for number, text in enumerate(lines, start=1) if "# <-- here" in text]
     assert len(marked) <= 1, f"{path.name}: at most one '# <-- here' marker"
     return match.group(1) or ERROR, match.group(2).strip(), marked[0] if marked else None
@@ -46,7 +48,9 @@ def test_invalid_config_yields_the_announced_finding(path):
     severity, fragment, line = expectation(path)
     findings = check_config(path)
     matching = [f for f in findings if fragment in f.message]
-    assert len(matching) == 1, f"expected one finding containing {fragment!r}, got: {[str(f) for f in findings]}"
+    assert len(matching) == 1, (
+        f"expected one finding containing {fragment!r}, got: {[str(f) for f in findings]}"
+    )
     finding = matching[0]
     assert finding.severity == severity
     assert finding.path == path

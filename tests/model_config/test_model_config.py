@@ -71,9 +71,19 @@ def line_of(path: Path, needle: str) -> int:
             1,
             'no field named "max_batch"; did you mean max_batch_size?',
         ),
-        ('name: "m"\ninput [\n  {\n    name: "X"\n    data_type: FP32\n  }\n]\n', 5, 16, "did you mean TYPE_FP32?"),
+        (
+            'name: "m"\ninput [\n  {\n    name: "X"\n    data_type: FP32\n  }\n]\n',
+            5,
+            16,
+            "did you mean TYPE_FP32?",
+        ),
         ('name: "m"\ninput {\n  name: "X"\n  dims: [ 1, two ]\n}\n', 4, 14, "Couldn't parse integer"),
-        ('name: "m"\nbackend: "python"\nmax_batch_size: 1\nmax_batch_size: 2\n', 4, None, "set more than once"),
+        (
+            'name: "m"\nbackend: "python"\nmax_batch_size: 1\nmax_batch_size: 2\n',
+            4,
+            None,
+            "set more than once",
+        ),
     ],
 )
 def test_parse_errors_carry_line_and_column(tmp_path, text, line, column, fragment):
@@ -113,8 +123,14 @@ def test_unreadable_config(tmp_path):
 
 
 def test_finding_text():
-    assert str(Finding(ERROR, "bad dims", path=Path("m/config.pbtxt"), line=7)) == "m/config.pbtxt:7: error: bad dims"
-    assert str(Finding(WARNING, "no version", path=Path("m/config.pbtxt"))) == "m/config.pbtxt: warning: no version"
+    assert (
+        str(Finding(ERROR, "bad dims", path=Path("m/config.pbtxt"), line=7))
+        == "m/config.pbtxt:7: error: bad dims"
+    )
+    assert (
+        str(Finding(WARNING, "no version", path=Path("m/config.pbtxt")))
+        == "m/config.pbtxt: warning: no version"
+    )
 
 
 def test_lines_in_repeated_blocks_and_angle_brackets(tmp_path):
@@ -209,7 +225,9 @@ def test_backend_derived_from_platform_or_model_file(tmp_path):
     assert 'backend "onnxruntime"' in finding.message
 
     model = tmp_path / "repo" / "py"
-    config = write(model / "config.pbtxt", 'max_batch_size: 0\ninput { name: "X" data_type: TYPE_FP32 dims: 1 }\n')
+    config = write(
+        model / "config.pbtxt", 'max_batch_size: 0\ninput { name: "X" data_type: TYPE_FP32 dims: 1 }\n'
+    )
     write(model / "1" / "model.py", "")
     assert check_config(config, Expectations(backend="python")) == []  # Triton infers python from model.py
     (finding,) = check_config(config, Expectations(backend="my_backend"))
@@ -221,7 +239,8 @@ def test_backend_derived_from_platform_or_model_file(tmp_path):
 
 def test_model_name_must_equal_its_directory(tmp_path):
     config = write(
-        tmp_path / "repo" / "add_sub_v2" / "config.pbtxt", ADD_SUB.format(backend="b", kind="KIND_CPU", extra="")
+        tmp_path / "repo" / "add_sub_v2" / "config.pbtxt",
+        ADD_SUB.format(backend="b", kind="KIND_CPU", extra=""),
     )
     (config.parent / "1").mkdir()
     (finding,) = check_config(config)
@@ -241,7 +260,8 @@ def test_model_without_version_directory(tmp_path):
 
 def test_python_model_needs_model_py(tmp_path):
     config = write(
-        tmp_path / "repo" / "add_sub" / "config.pbtxt", ADD_SUB.format(backend="python", kind="KIND_CPU", extra="")
+        tmp_path / "repo" / "add_sub" / "config.pbtxt",
+        ADD_SUB.format(backend="python", kind="KIND_CPU", extra=""),
     )
     (config.parent / "1").mkdir()
     (finding,) = check_config(config)
@@ -291,7 +311,11 @@ def test_ensemble_consistent_with_its_step_model(tmp_path):
     ("values", "needle", "fragment"),
     [
         ({"in1": "INPUT9"}, 'key: "INPUT9"', 'input_map key "INPUT9" is not an input of model "add_sub"'),
-        ({"dtype": "TYPE_INT32"}, None, 'ensemble tensor "A" is TYPE_INT32 in ensemble "pipeline" but TYPE_FP32'),
+        (
+            {"dtype": "TYPE_INT32"},
+            None,
+            'ensemble tensor "A" is TYPE_INT32 in ensemble "pipeline" but TYPE_FP32',
+        ),
         ({"out_dim": 4}, 'key: "OUTPUT0"', 'ensemble tensor "SUM" has shape [ -1, 4 ]'),
         ({"mbs": 16}, "max_batch_size: 16", "ensemble max_batch_size 16 exceeds that of step 0"),
     ],
@@ -383,7 +407,8 @@ def project(
 def add_model(root: Path, name="add_sub", **fields) -> Path:
     values = {"backend": "my_backend", "kind": "KIND_CPU", "extra": "", **fields}
     config = write(
-        root / "model_repository" / name / "config.pbtxt", ADD_SUB.format(**values).replace('"add_sub"', f'"{name}"')
+        root / "model_repository" / name / "config.pbtxt",
+        ADD_SUB.format(**values).replace('"add_sub"', f'"{name}"'),
     )
     (config.parent / "1").mkdir()
     return config
@@ -393,7 +418,9 @@ def test_validate_tree_clean_cpp_project(tmp_path):
     root = project(tmp_path)
     add_model(root)
     assert validate_tree(root, project_of(root)) == []
-    assert validate_tree(root / "model_repository", project_of(root / "model_repository")) == []  # tbgen.toml is found above the path
+    assert (
+        validate_tree(root / "model_repository", project_of(root / "model_repository")) == []
+    )  # tbgen.toml is found above the path
 
 
 def test_validate_tree_applies_the_project_expectations(tmp_path):
@@ -435,7 +462,9 @@ def test_validate_tree_checks_models_outside_tbgen_toml_without_expectations(tmp
     root = project(tmp_path, gpu=False)
     add_model(root)
     extra = add_model(root, name="extra", backend="onnxruntime", kind="KIND_GPU")
-    assert validate_tree(root, project_of(root)) == []  # "extra" is not the project's model: its GPU use is its own business
+    assert (
+        validate_tree(root, project_of(root)) == []
+    )  # "extra" is not the project's model: its GPU use is its own business
     extra.write_text(extra.read_text().replace("dims: [ 16 ]", "dims: [ ]", 1))
     (finding,) = validate_tree(root, project_of(root))
     assert finding.path == extra and "empty dims" in finding.message

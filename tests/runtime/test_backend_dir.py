@@ -62,7 +62,9 @@ def test_unbuilt_cpp_backend_names_the_missing_library_and_the_fix(embedded_inst
     project = load_project(render("cpp-backend", tmp_path / "cpp"))
     with pytest.raises(ServerError) as raised:
         assemble_backend_dir(embedded_install, tmp_path / "run", project)
-    expected = project.root / "build" / "install" / "backends" / project.backend / f"libtriton_{project.backend}.so"
+    expected = (
+        project.root / "build" / "install" / "backends" / project.backend / f"libtriton_{project.backend}.so"
+    )
     assert str(expected) in raised.value.message
     assert "tbgen build" in raised.value.hint
 

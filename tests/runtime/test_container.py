@@ -21,7 +21,9 @@ def test_server_spec_for_a_cpp_project(tmp_path):
     library_dir.mkdir(parents=True)
     (library_dir / f"libtriton_{project.backend}.so").write_bytes(b"")
     command = container.server_command("tbgen-1-abc", "127.0.0.1", 8000, 8001, 8002)
-    mounts = container.server_mounts(project.model_repository, (project.backend, project.installed_backend_dir))
+    mounts = container.server_mounts(
+        project.model_repository, (project.backend, project.installed_backend_dir)
+    )
     spec = container.server_spec(NGC_2410, command, mounts, project.root)
 
     assert spec["image"] == NGC_2410
@@ -34,14 +36,29 @@ def test_server_spec_for_a_cpp_project(tmp_path):
     assert spec["environment"] == {"HOME": "/tmp"}
     assert spec["shm_size"] == "1g"
     assert spec["device_requests"] == []
-    assert spec["labels"] == {"tbgen": "1", "tbgen.role": "server", "tbgen.project": str(project.root),
-                              "tbgen.owner": f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}"}
+    assert spec["labels"] == {
+        "tbgen": "1",
+        "tbgen.role": "server",
+        "tbgen.project": str(project.root),
+        "tbgen.owner": f"{socket.gethostname()}:{os.getpid()}:{process_start(os.getpid())}",
+    }
     assert spec["command"] == command
-    assert command[:4] == ["tritonserver", "--id=tbgen-1-abc", "--model-repository=/models",
-                           "--backend-directory=/opt/tritonserver/backends"]
-    for flag in ("--http-address=127.0.0.1", "--http-port=8000", "--grpc-address=127.0.0.1", "--grpc-port=8001",
-                 "--metrics-address=127.0.0.1", "--metrics-port=8002", "--exit-on-error=false",
-                 "--exit-timeout-secs=5"):
+    assert command[:4] == [
+        "tritonserver",
+        "--id=tbgen-1-abc",
+        "--model-repository=/models",
+        "--backend-directory=/opt/tritonserver/backends",
+    ]
+    for flag in (
+        "--http-address=127.0.0.1",
+        "--http-port=8000",
+        "--grpc-address=127.0.0.1",
+        "--grpc-port=8001",
+        "--metrics-address=127.0.0.1",
+        "--metrics-port=8002",
+        "--exit-on-error=false",
+        "--exit-timeout-secs=5",
+    ):
         assert flag in command
 
 

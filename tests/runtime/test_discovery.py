@@ -51,7 +51,10 @@ def test_then_path_then_opt_tritonserver(candidates, monkeypatch):
 
     monkeypatch.setenv("PATH", str(candidates["explicit"].parent.parent))  # no tritonserver directly on it
     install = find_tritonserver()
-    assert (install.source, install.executable) == (str(discovery.DEFAULT_ROOT), candidates["default"].resolve())
+    assert (install.source, install.executable) == (
+        str(discovery.DEFAULT_ROOT),
+        candidates["default"].resolve(),
+    )
 
 
 def test_then_the_embedded_wheel(candidates, monkeypatch, embedded_install):
@@ -66,7 +69,11 @@ def test_then_the_embedded_wheel(candidates, monkeypatch, embedded_install):
 def test_discover_reports_every_candidate_in_order(candidates, embedded_install):
     found = discover_servers(candidates["explicit"])
     assert [source for source, _, _ in found] == [
-        "--server", "$TRITONSERVER", "PATH", str(discovery.DEFAULT_ROOT), "embedded wheel",
+        "--server",
+        "$TRITONSERVER",
+        "PATH",
+        str(discovery.DEFAULT_ROOT),
+        "embedded wheel",
     ]
     for source, install, note in found:
         assert install is not None, (source, note)
@@ -172,7 +179,9 @@ def test_embedded_server_version_is_known_and_cached(embedded_install):
 
 
 def test_finding_the_wheel_does_not_import_pytriton(embedded_install):
-    code = ("import sys; from triton_backend_gen.discovery import _wheel_executable; "
-            "assert _wheel_executable(); print('pytriton' in sys.modules)")
+    code = (
+        "import sys; from triton_backend_gen.discovery import _wheel_executable; "
+        "assert _wheel_executable(); print('pytriton' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -51,10 +51,13 @@ def test_the_run_copy_is_rewritten_and_the_users_files_are_not(tmp_path):
     assert [g.kind for g in read_config(project.root).instance_group] == [GPU]
     copied = model_config_pb2.ModelConfig()
     from google.protobuf import text_format
+
     text_format.Parse((dest / "add_sub" / "config.pbtxt").read_text(), copied)
     assert [g.kind for g in copied.instance_group] == [CPU] and gpu_models(dest) == []
     assert copied.max_batch_size == read_config(project.root).max_batch_size
-    assert run_repository(project.model_repository, dest, "cpu") == ["add_sub"]  # a second run replaces the copy
+    assert run_repository(project.model_repository, dest, "cpu") == [
+        "add_sub"
+    ]  # a second run replaces the copy
     with pytest.raises(ServerError, match="never replaces"):
         run_repository(project.model_repository, tmp_path / "model_repository", "cpu")
 
@@ -66,7 +69,9 @@ def test_a_gpu_model_without_a_gpu_is_refused_naming_the_flag(tmp_path):
         prepare_server(project)
     assert "--instance-kind cpu" in refused.value.hint
     result = run_tbgen("test", str(project.root))
-    assert result.returncode == 1 and "--instance-kind cpu" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 1 and "--instance-kind cpu" in result.stderr and "Traceback" not in result.stderr
+    )
 
 
 @pytest.mark.slow

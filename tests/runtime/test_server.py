@@ -147,8 +147,10 @@ def test_release_note_is_a_note_when_the_backend_api_matches(embedded_install, t
     # The fix runs as printed from where the command ran: in the project, or naming it from elsewhere.
     assert f"`tbgen update --triton-version {release.container}`" in note.text
     monkeypatch.chdir(tmp_path)
-    assert f"`tbgen update --triton-version {release.container} --project other`" in \
-        release_note(load_project(root), embedded_install).text
+    assert (
+        f"`tbgen update --triton-version {release.container} --project other`"
+        in release_note(load_project(root), embedded_install).text
+    )
     newer_api = [r for r in versions.RELEASES if r.backend_api > release.backend_api]
     if newer_api:
         root = render("python-backend", tmp_path / "newer", triton_version=newer_api[0].container)
@@ -156,7 +158,9 @@ def test_release_note_is_a_note_when_the_backend_api_matches(embedded_install, t
         assert note.warning and "may refuse to load" in note.text
 
 
-def test_a_release_note_is_said_once_per_project_and_releases_a_warning_every_time(embedded_install, tmp_path):
+def test_a_release_note_is_said_once_per_project_and_releases_a_warning_every_time(
+    embedded_install, tmp_path
+):
     release = embedded_install.release
     same_api = next(r for r in versions.RELEASES if r != release and r.backend_api == release.backend_api)
     first = load_project(render("python-backend", tmp_path / "first", triton_version=same_api.container))
@@ -273,7 +277,9 @@ def run_and_kill(project_root: Path, signum: int) -> tuple[int, list[int], int]:
     """Run start_server in a child process, send it ``signum`` once the server is up.
 
     Returns (the child's exit status, the server's process group members, the server's pid)."""
-    child = subprocess.Popen([sys.executable, "-c", RUNNER, str(project_root)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, str(project_root)], stdout=subprocess.PIPE, text=True
+    )
     try:
         pid = int(child.stdout.readline())
         members = group_members(pid)

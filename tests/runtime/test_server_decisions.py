@@ -31,7 +31,7 @@ def test_a_traceback_follows_its_error_until_the_next_glog_line():
 
 
 def test_cpu_noise_ends_what_a_picked_line_carries():
-    log = "E1202 17:05:06.1 8681 x.cc:2] \"failed\"\nW1202 17:05:06.2 8681 y.cc:2] \"NVML: no GPU\"\ntrailing\n"
+    log = 'E1202 17:05:06.1 8681 x.cc:2] "failed"\nW1202 17:05:06.2 8681 y.cc:2] "NVML: no GPU"\ntrailing\n'
     assert server.relevant_log_lines(log) == ['E1202 17:05:06.1 8681 x.cc:2] "failed"']
 
 

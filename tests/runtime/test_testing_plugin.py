@@ -21,7 +21,11 @@ embedded_install = runtime_support.embedded_install  # the fixture
 def test_tbgen_project_renders_a_template(tbgen_project):
     root = tbgen_project("decoupled-backend", project_name="echo-it", language="python")
     project = load_project(root)
-    assert (project.name, project.template, project.kind) == ("echo-it", "decoupled-backend", BackendKind.PYTHON)
+    assert (project.name, project.template, project.kind) == (
+        "echo-it",
+        "decoupled-backend",
+        BackendKind.PYTHON,
+    )
     assert (root / "tests" / "conftest.py").is_file()
 
 
@@ -30,7 +34,12 @@ def run_project_tests(root: Path, **env: str) -> subprocess.CompletedProcess:
     environment.update(env)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"],
-        cwd=root, env=environment, capture_output=True, text=True, timeout=300, check=False,
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -43,8 +52,11 @@ def assert_all_passed(result: subprocess.CompletedProcess) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("template", "answers"),
-    [("python-backend", {}), ("python-backend", {"python_based_backend": True}),
-     ("decoupled-backend", {"language": "python"})],
+    [
+        ("python-backend", {}),
+        ("python-backend", {"python_based_backend": True}),
+        ("decoupled-backend", {"language": "python"}),
+    ],
     ids=["python-backend", "python-based-backend", "decoupled-python"],
 )
 def test_generated_project_tests_pass_against_the_server_the_plugin_starts(

@@ -68,7 +68,10 @@ def test_unknown_triton_version_lists_the_known_ones(cpp):
         ({"max_batch_size": "many"}, "max_batch_size must be an integer"),
         ({"instance_count": "0"}, "instance_count must be 1 or more"),
         ({"gpu": "maybe"}, "gpu must be a boolean"),
-        ({"dtype": "FP8"}, "dtype must be one of FP32, FP16, BF16, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, BYTES; got 'FP8'"),
+        (
+            {"dtype": "FP8"},
+            "dtype must be one of FP32, FP16, BF16, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, BYTES; got 'FP8'",
+        ),
         ({"instance_kind": "KIND_TPU"}, "instance_kind must be one of"),
         ({"instance_kind": "KIND_GPU", "gpu": False}, "KIND_GPU needs a GPU build"),
         ({"input1_name": "INPUT0"}, "Tensor names must be distinct"),
@@ -129,7 +132,9 @@ def test_prompter_asks_the_rest_and_reasks_after_a_bad_answer(cpp):
 
 def test_answers_file_from_a_projects_tbgen_toml(tmp_path):
     toml = tmp_path / "tbgen.toml"
-    toml.write_text('[tbgen]\ntemplate = "python-backend"\n[answers]\nproject_name = "old"\ndtype = "INT32"\n')
+    toml.write_text(
+        '[tbgen]\ntemplate = "python-backend"\n[answers]\nproject_name = "old"\ndtype = "INT32"\n'
+    )
     assert read_answers_file(toml) == {"dtype": "INT32", "template": "python-backend"}
     js = tmp_path / "a.json"
     js.write_text(json.dumps({"dims": "4"}))
@@ -143,22 +148,44 @@ def test_answers_file_from_a_projects_tbgen_toml(tmp_path):
 
 
 # --- sequence models -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("template", "flags", "fragment"), [
-    ("python-backend", ["--set", "sequence=direct", "--set", "dtype=BYTES"], "cannot be BYTES"),
-    ("python-backend", ["--set", "sequence=direct", "--set", "dims=-1"], "needs fixed dims"),
-    ("python-backend", ["--set", "sequence=oldest", "--set", "max_batch_size=0"], "needs max_batch_size >= 1"),
-    ("python-backend", ["--set", "sequence=direct", "--set", "implicit_state=yes"],
-     "python backend does not support implicit state"),
-    ("python-backend", ["--set", "implicit_state=yes"], "needs sequence batching"),
-    ("python-backend", ["--set", "sequence=direct", "--set", "native=yes"], "native is a stateless"),
-    ("cpp-backend", ["--set", "sequence=direct", "--input", "X:FP32:4", "--output", "Y:INT32:4"],
-     "needs X's datatype and dims"),
-    ("cpp-backend", ["--set", "sequence=direct", "--input", "CORRID:FP32:4", "--output", "Y:FP32:4"],
-     "control inputs and implicit state take these names"),
-    ("cpp-backend", ["--set", "sequence=direct", "--gpu"], "no CUDA kernel"),
-    ("cpp-backend", ["--set", "sequence=direct", "--pattern", "bls"], "cannot wrap a framework or compose"),
-])
-def test_a_sequence_model_it_cannot_generate_exits_2_before_anything_is_written(tmp_path, template, flags, fragment):
+@pytest.mark.parametrize(
+    ("template", "flags", "fragment"),
+    [
+        ("python-backend", ["--set", "sequence=direct", "--set", "dtype=BYTES"], "cannot be BYTES"),
+        ("python-backend", ["--set", "sequence=direct", "--set", "dims=-1"], "needs fixed dims"),
+        (
+            "python-backend",
+            ["--set", "sequence=oldest", "--set", "max_batch_size=0"],
+            "needs max_batch_size >= 1",
+        ),
+        (
+            "python-backend",
+            ["--set", "sequence=direct", "--set", "implicit_state=yes"],
+            "python backend does not support implicit state",
+        ),
+        ("python-backend", ["--set", "implicit_state=yes"], "needs sequence batching"),
+        ("python-backend", ["--set", "sequence=direct", "--set", "native=yes"], "native is a stateless"),
+        (
+            "cpp-backend",
+            ["--set", "sequence=direct", "--input", "X:FP32:4", "--output", "Y:INT32:4"],
+            "needs X's datatype and dims",
+        ),
+        (
+            "cpp-backend",
+            ["--set", "sequence=direct", "--input", "CORRID:FP32:4", "--output", "Y:FP32:4"],
+            "control inputs and implicit state take these names",
+        ),
+        ("cpp-backend", ["--set", "sequence=direct", "--gpu"], "no CUDA kernel"),
+        (
+            "cpp-backend",
+            ["--set", "sequence=direct", "--pattern", "bls"],
+            "cannot wrap a framework or compose",
+        ),
+    ],
+)
+def test_a_sequence_model_it_cannot_generate_exits_2_before_anything_is_written(
+    tmp_path, template, flags, fragment
+):
     project = tmp_path / "p"
     result = run_tbgen("new", str(project), "-t", template, "--no-input", *flags)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -168,8 +195,19 @@ def test_a_sequence_model_it_cannot_generate_exits_2_before_anything_is_written(
 
 def test_a_sequence_model_is_named_accumulate_and_records_its_options(tmp_path):
     project = tmp_path / "p"
-    result = run_tbgen("new", str(project), "-t", "python-backend", "--no-input", "--set", "sequence=oldest",
-                       "--set", "correlation_id=string", "--set", "custom_metrics=yes")
+    result = run_tbgen(
+        "new",
+        str(project),
+        "-t",
+        "python-backend",
+        "--no-input",
+        "--set",
+        "sequence=oldest",
+        "--set",
+        "correlation_id=string",
+        "--set",
+        "custom_metrics=yes",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     config = (project / "model_repository" / "accumulate" / "config.pbtxt").read_text()
     assert "oldest {" in config and "dynamic_batching" not in config
@@ -178,4 +216,5 @@ def test_a_sequence_model_is_named_accumulate_and_records_its_options(tmp_path):
     toml = (project / "tbgen.toml").read_text()
     assert 'sequence = "oldest"' in toml and 'correlation_id = "string"' in toml
     from triton_backend_gen.project import load_project
+
     assert load_project(project).models[0].metrics == ("requests_process_latency_ns", "execution_batch_size")

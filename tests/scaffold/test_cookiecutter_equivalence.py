@@ -23,16 +23,38 @@ def tree(root: Path) -> dict[str, bytes]:
 def run_cookiecutter(template: str, out: Path, *extra: str) -> Path:
     env = {**os.environ, "HOME": str(out)}  # keep cookiecutter's replay files out of the real home
     subprocess.run(
-        [sys.executable, "-m", "cookiecutter", str(TEMPLATES / template), "--no-input", "-o", str(out), *extra],
-        check=True, env=env, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "cookiecutter",
+            str(TEMPLATES / template),
+            "--no-input",
+            "-o",
+            str(out),
+            *extra,
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
     )
     return out / "my-backend"
 
 
 def run_tbgen_new(template: str, out: Path, *extra: str) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "triton_backend_gen", "new", str(out / "my-backend"), "-t", template, "--no-input", *extra],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "triton_backend_gen",
+            "new",
+            str(out / "my-backend"),
+            "-t",
+            template,
+            "--no-input",
+            *extra,
+        ],
+        check=True,
+        capture_output=True,
     )
     return out / "my-backend"
 
@@ -68,15 +90,27 @@ def test_a_signature_renders_identically(template, tmp_path):
     """The signature is a cookiecutter dict variable: a user config's default_context gives plain cookiecutter
     what --input/--output give tbgen."""
     tensors = {
-        "inputs": [{"name": "TEXT", "datatype": "BYTES", "dims": [-1]},
-                   {"name": "LANG", "datatype": "BYTES", "dims": [1], "optional": True}],
+        "inputs": [
+            {"name": "TEXT", "datatype": "BYTES", "dims": [-1]},
+            {"name": "LANG", "datatype": "BYTES", "dims": [1], "optional": True},
+        ],
         "outputs": [{"name": "LENGTH", "datatype": "INT32", "dims": [1]}],
         "config": "",
     }
     user_config = tmp_path / "cookiecutter.yaml"
-    user_config.write_text(json.dumps({"default_context": {"signature": tensors, "model_name": "my-backend"}}))
+    user_config.write_text(
+        json.dumps({"default_context": {"signature": tensors, "model_name": "my-backend"}})
+    )
     plain = run_cookiecutter(template, tmp_path / "plain", "--config-file", str(user_config))
-    ours = run_tbgen_new(template, tmp_path / "tbgen", "--input", "TEXT:BYTES:-1", "--input", "LANG:BYTES:1:optional",
-                         "--output", "LENGTH:INT32:1")
+    ours = run_tbgen_new(
+        template,
+        tmp_path / "tbgen",
+        "--input",
+        "TEXT:BYTES:-1",
+        "--input",
+        "LANG:BYTES:1:optional",
+        "--output",
+        "LENGTH:INT32:1",
+    )
     assert tree(plain) == tree(ours)
     assert 'name: "LANG"' in (ours / "model_repository" / "my-backend" / "config.pbtxt").read_text()

@@ -16,7 +16,7 @@ from conftest import run_tbgen
 # Each row of a request: the lengths of its words, padded with zeros to the longest row of the request (the
 # rows of a batched -1 output share one width within a request); a request whose strings are all empty
 # answers TOKENS [batch, 0].
-TOKENIZER = '''
+TOKENIZER = """
 
 def compute(inputs):
     rows = [[len(word) for word in b" ".join(row).split()] for row in inputs["TEXT"]]
@@ -25,7 +25,7 @@ def compute(inputs):
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = row
     return {"TOKENS": tokens, "LENGTH": np.array([[len(row)] for row in rows], dtype=np.int32)}
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,19 @@ def tokenizer(tmp_path_factory):
     """A python-backend tokenizer project whose model.py and reference.py compute the same (appended
     definitions replace the placeholder's), for the newest release (so the embedded 24.10 server has a note)."""
     root = tmp_path_factory.mktemp("tokenizer")
-    result = run_tbgen("new", str(root / "txt"), "-t", "python-backend", "--no-input",  # the newest release
-                       "--input", "TEXT:BYTES:1", "--output", "TOKENS:INT64:-1", "--output", "LENGTH:INT32:1")
+    result = run_tbgen(
+        "new",
+        str(root / "txt"),
+        "-t",
+        "python-backend",
+        "--no-input",  # the newest release
+        "--input",
+        "TEXT:BYTES:1",
+        "--output",
+        "TOKENS:INT64:-1",
+        "--output",
+        "LENGTH:INT32:1",
+    )
     assert result.returncode == 0, result.stderr
     project = root / "txt"
     for file in (project / "reference.py", project / "model_repository" / "txt" / "1" / "model.py"):
@@ -56,15 +67,22 @@ def test_a_tokenizer_answering_empty_rows_passes_test_and_the_fuzzer(tokenizer, 
     assert len(note) == 1 and note[0].count("`") == 2, result.stdout  # said once, the command whole
     assert lines[-1].startswith("22 passed, 0 failed")
     again = run_tbgen("test", str(tokenizer), "--quiet", env={"COLUMNS": ""})
-    assert again.returncode == 0 and again.stdout.splitlines() == [again.stdout.splitlines()[-1]], again.stdout
+    assert again.returncode == 0 and again.stdout.splitlines() == [again.stdout.splitlines()[-1]], (
+        again.stdout
+    )
     assert "passed, 0 failed" in again.stdout  # --quiet: the summary line only; the note was said before
 
 
 @pytest.mark.slow
 def test_on_a_terminal_test_shows_the_check_that_runs(tokenizer, server_or_skip):
     pexpect = pytest.importorskip("pexpect", reason="pexpect drives a real terminal for this test")
-    child = pexpect.spawn(sys.executable, ["-m", "triton_backend_gen", "test", str(tokenizer), "--verbose"],
-                          env={**os.environ, "COLUMNS": "160", "LINES": "50"}, encoding="utf-8", timeout=120)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "triton_backend_gen", "test", str(tokenizer), "--verbose"],
+        env={**os.environ, "COLUMNS": "160", "LINES": "50"},
+        encoding="utf-8",
+        timeout=120,
+    )
     child.logfile_read = shown = io.StringIO()
     child.expect(r"check \d+: \S.*\[(http|grpc|-)\]")  # the live line: which check runs, with its time
     child.expect("smoke tests against")  # then the table
@@ -104,10 +122,16 @@ def test_the_projects_own_tests_read_empty_outputs_in_their_datatype(tokenizer, 
         "def test_empty_strings_over_http(triton_server, reference):\n"
         "    inputs = {'TEXT': np.array([[b''], [b'']], dtype=np.object_)}\n"
         "    client = triton_server.http_client()\n"
-        "    assert_matches_reference(reference, inputs, infer(tritonclient.http, client, reference, inputs))\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tokenizer / "tests")],
-                          cwd=tokenizer, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_HTTP_URL": served.http_url, "TRITON_GRPC_URL": served.grpc_url})
+        "    assert_matches_reference(reference, inputs, infer(tritonclient.http, client, reference, inputs))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tokenizer / "tests")],
+        cwd=tokenizer,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRITON_HTTP_URL": served.http_url, "TRITON_GRPC_URL": served.grpc_url},
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     counts = json.dumps(done.stdout.splitlines()[-1])
     assert "passed" in counts and "skipped" not in counts, counts

@@ -25,7 +25,11 @@ def signature(cases):
 
 def test_a_plan_is_deterministic_for_its_seed(render_template):
     project = load_project(render_template("python-backend"))
-    first, again, other = plan_fuzz(project, 200, seed=7), plan_fuzz(project, 200, seed=7), plan_fuzz(project, 200, seed=8)
+    first, again, other = (
+        plan_fuzz(project, 200, seed=7),
+        plan_fuzz(project, 200, seed=7),
+        plan_fuzz(project, 200, seed=8),
+    )
     assert len(first) == 200 and signature(first) == signature(again)
     assert signature(first) != signature(other)
     assert {c.plan_seed for c in first} == {7}
@@ -52,11 +56,15 @@ def test_kinds_follow_the_model(render_template, tmp_path):
     # HTTP refuses every inference request to a decoupled model: most cases go over gRPC streams.
     protocols = Counter(c.protocol for c in plan_fuzz(decoupled, 300))
     assert protocols["grpc"] > 2 * protocols["http"] > 0
-    unbatched = load_project(render_template("python-backend", project_name="flat", max_batch_size=0, dims="-1"))
+    unbatched = load_project(
+        render_template("python-backend", project_name="flat", max_batch_size=0, dims="-1")
+    )
     assert "batch too large" not in {c.kind for c in plan_fuzz(unbatched, 300)}
     sequence = load_project(render_template("python-backend", project_name="seq", sequence="oldest"))
     kinds = Counter(c.kind for c in plan_fuzz(sequence, 300))
-    assert kinds["sequence controls"] > 20 and "sequence controls" not in {c.kind for c in plan_fuzz(unbatched, 300)}
+    assert kinds["sequence controls"] > 20 and "sequence controls" not in {
+        c.kind for c in plan_fuzz(unbatched, 300)
+    }
 
 
 def test_malformed_tensors_are_malformed(render_template):
@@ -81,8 +89,15 @@ def test_memory_of_reads_this_process_and_not_a_gone_one():
 
 
 def test_report_passes_only_when_answered_healthy_and_memory_came_back():
-    report = FuzzReport(seed=0, planned=3, requests=3, outcomes=Counter({"ok": 1, "http 400": 2}),
-                        rss_before=100 * MIB, rss_after=120 * MIB, rss_limit=200 * MIB)
+    report = FuzzReport(
+        seed=0,
+        planned=3,
+        requests=3,
+        outcomes=Counter({"ok": 1, "http 400": 2}),
+        rss_before=100 * MIB,
+        rss_after=120 * MIB,
+        rss_limit=200 * MIB,
+    )
     assert report.passed and report.errors == Counter({"http 400": 2})
     assert "3 requests" in report.summary() and "100.0 MiB before, 120.0 MiB after" in report.summary()
     assert [r.passed for r in report.as_results()] == [True]

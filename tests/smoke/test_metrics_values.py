@@ -28,4 +28,5 @@ def test_a_family_is_found_by_its_histogram_series_and_only_for_its_model():
     scraped = samples(execution_batch_size_bucket=1, other_total=1)
     assert metrics._missing_families(scraped, "m", ("execution_batch_size",)) == []
     assert metrics._missing_families(scraped, "n", ("execution_batch_size",)) == [
-        'no execution_batch_size sample labelled model="n"']
+        'no execution_batch_size sample labelled model="n"'
+    ]

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 # A sequence model keyed by correlation ID (oldest strategy), with the two custom metric families of the
 # templates. BUGS swap one line for a wrong one.
-MODEL = '''
+MODEL = """
 import json
 import time
 
@@ -57,12 +57,14 @@ class TritonPythonModel:
                 del self.sums[key]
             self.latency.increment(time.time_ns() - began)
         return responses
-'''
+"""
 BUGS = {
-    "state shared by every sequence": ('key = value("CORRID")  # KEY', 'key = 0'),
-    "no reset on START": ('if value("START"):  # RESET', 'if key not in self.sums:'),
-    "histogram per request": ("self.batch.observe(len(requests))  # OBSERVE",
-                              "[self.batch.observe(1) for _ in requests]"),
+    "state shared by every sequence": ('key = value("CORRID")  # KEY', "key = 0"),
+    "no reset on START": ('if value("START"):  # RESET', "if key not in self.sums:"),
+    "histogram per request": (
+        "self.batch.observe(len(requests))  # OBSERVE",
+        "[self.batch.observe(1) for _ in requests]",
+    ),
     "a tag of any type": ("if not isinstance(tag, str):  # TAG", "if False:"),
 }
 
@@ -70,8 +72,21 @@ BUGS = {
 @pytest.fixture(scope="module")
 def sequence_project(tmp_path_factory) -> Path:
     project = tmp_path_factory.mktemp("seq") / "p"
-    result = run_tbgen("new", str(project), "-t", "python-backend", "--no-input", "--triton-version", "24.10",
-                       "--set", "sequence=oldest", "--set", "custom_metrics=yes", "--set", "request_parameters=yes")
+    result = run_tbgen(
+        "new",
+        str(project),
+        "-t",
+        "python-backend",
+        "--no-input",
+        "--triton-version",
+        "24.10",
+        "--set",
+        "sequence=oldest",
+        "--set",
+        "custom_metrics=yes",
+        "--set",
+        "request_parameters=yes",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'parameters = { tag = "untagged" }' in (project / "tbgen.toml").read_text()
     return project
@@ -86,22 +101,34 @@ def test_a_correct_sequence_model_passes_every_check_and_the_fuzzer(sequence_pro
     result = run_tbgen("test", str(sequence_project), "--fuzz", "150")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     checks = check_results(result.stdout)
-    for name in ("sequence [http]", "sequence [grpc]", "8 interleaved sequences [grpc]", "sequence restarted [grpc]",
-                 "request for an unknown sequence [http]", "idle sequence timed out [grpc]", "custom metrics [metrics]",
-                 "request parameters [http]", "request parameters [grpc]"):
+    for name in (
+        "sequence [http]",
+        "sequence [grpc]",
+        "8 interleaved sequences [grpc]",
+        "sequence restarted [grpc]",
+        "request for an unknown sequence [http]",
+        "idle sequence timed out [grpc]",
+        "custom metrics [metrics]",
+        "request parameters [http]",
+        "request parameters [grpc]",
+    ):
         assert checks.get(name) == "pass", (name, checks)
     assert "as the statistics say" in result.stdout
     assert "150 requests" in result.stdout and " 0 failed" in result.stdout
 
 
-@pytest.mark.parametrize(("bug", "caught_by"), [
-    ("state shared by every sequence", "8 interleaved sequences [grpc]"),
-    ("no reset on START", "sequence restarted [grpc]"),
-    ("histogram per request", "custom metrics [metrics]"),
-    ("a tag of any type", "request parameters [grpc]"),
-])
-def test_a_model_that_gets_state_or_metrics_wrong_fails_the_check_that_catches_it(sequence_project, server_or_skip,
-                                                                                   bug, caught_by):
+@pytest.mark.parametrize(
+    ("bug", "caught_by"),
+    [
+        ("state shared by every sequence", "8 interleaved sequences [grpc]"),
+        ("no reset on START", "sequence restarted [grpc]"),
+        ("histogram per request", "custom metrics [metrics]"),
+        ("a tag of any type", "request parameters [grpc]"),
+    ],
+)
+def test_a_model_that_gets_state_or_metrics_wrong_fails_the_check_that_catches_it(
+    sequence_project, server_or_skip, bug, caught_by
+):
     wrong, right = BUGS[bug]
     assert wrong in MODEL
     with_model(sequence_project, MODEL.replace(wrong, right))
@@ -119,8 +146,16 @@ def test_a_model_that_gets_state_or_metrics_wrong_fails_the_check_that_catches_i
 def test_infer_sends_a_one_request_sequence_with_request_parameters(sequence_project, server_or_skip):
     with_model(sequence_project, MODEL)
     values = ",".join(str(v) for v in range(16))
-    result = run_tbgen("infer", "accumulate", "--project", str(sequence_project), "-i", f"INPUT=[[{values}]]",
-                       "--param", "scale=3")
+    result = run_tbgen(
+        "infer",
+        "accumulate",
+        "--project",
+        str(sequence_project),
+        "-i",
+        f"INPUT=[[{values}]]",
+        "--param",
+        "scale=3",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "OUTPUT float32 [1, 16]" in out and "[[ 0. 3. 6. 9. 12." in out, out

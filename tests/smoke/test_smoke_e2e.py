@@ -52,7 +52,10 @@ class Served:
 
     def smoke(self, project: Path | None = None):
         plan = plan_smoke(load_project(project) if project else self.project)
-        return {(r.name, r.protocol): r for r in run_smoke(plan, self.endpoints, is_healthy=lambda: self.server.running)}
+        return {
+            (r.name, r.protocol): r
+            for r in run_smoke(plan, self.endpoints, is_healthy=lambda: self.server.running)
+        }
 
 
 @pytest.fixture(scope="module", params=GOOD, ids=[variant[0] for variant in GOOD])
@@ -75,8 +78,12 @@ def test_every_check_passes(served):
 
 
 def test_fuzz_leaves_the_server_healthy(served, record_property, capsys):
-    report = run_fuzz(plan_fuzz(served.project, FUZZ_COUNT, seed=0), served.endpoints,
-                      server_pid=served.server.pid, is_healthy=lambda: served.server.running)
+    report = run_fuzz(
+        plan_fuzz(served.project, FUZZ_COUNT, seed=0),
+        served.endpoints,
+        server_pid=served.server.pid,
+        is_healthy=lambda: served.server.running,
+    )
     record_property("fuzz", report.summary())
     with capsys.disabled():
         print(f"\n[{served.project.template} {served.project.kind.value}] {report.summary()}")
@@ -88,11 +95,18 @@ def test_fuzz_leaves_the_server_healthy(served, record_property, capsys):
 
 def test_a_reference_that_disagrees_with_the_model_fails_the_inference_checks(served, tmp_path):
     """The served model is the good one; the plan comes from a copy whose reference.py computes otherwise."""
-    copy = Path(shutil.copytree(served.project.root, tmp_path / "edited", ignore=shutil.ignore_patterns("build")))
+    copy = Path(
+        shutil.copytree(served.project.root, tmp_path / "edited", ignore=shutil.ignore_patterns("build"))
+    )
     reference = copy / "reference.py"
     if served.project.template == "decoupled-backend":
         text = reference.read_text().replace('{"OUT": np.array([value]', '{"OUT": np.array([value + 1]')
-        inference = ["stream", "several requests on one stream", "concurrent streams", "stream cancelled mid-way"]
+        inference = [
+            "stream",
+            "several requests on one stream",
+            "concurrent streams",
+            "stream cancelled mid-way",
+        ]
         expected_message = "OUT: 1 of 1 elements differ exactly"
     else:
         text = reference.read_text().replace("OUTPUT1: (a - b)", "OUTPUT1: (b - a)")
@@ -121,18 +135,28 @@ def _broken_decoupled_model(root: Path) -> None:
     model = root / "model_repository" / "repeat_int32" / "1" / "model.py"
     text = model.read_text()
     assert "for i, value in enumerate(values):" in text
-    model.write_text(text.replace("for i, value in enumerate(values):", "for i, value in enumerate(values[:-1]):"))
+    model.write_text(
+        text.replace("for i, value in enumerate(values):", "for i, value in enumerate(values[:-1]):")
+    )
 
 
 @pytest.mark.parametrize(
     ("template", "answers", "breakage", "failing", "message"),
     [
-        ("python-backend", {}, _broken_python_model,
-         {"infer", "batch sizes 1..8", "concurrent requests (dynamic batching)"},
-         "outputs differ from reference.py: OUTPUT1: "),
-        ("decoupled-backend", {"language": "python"}, _broken_decoupled_model,
-         {"stream", "several requests on one stream", "concurrent streams", "stream cancelled mid-way"},
-         "3 responses with data, reference.responses gives 4"),
+        (
+            "python-backend",
+            {},
+            _broken_python_model,
+            {"infer", "batch sizes 1..8", "concurrent requests (dynamic batching)"},
+            "outputs differ from reference.py: OUTPUT1: ",
+        ),
+        (
+            "decoupled-backend",
+            {"language": "python"},
+            _broken_decoupled_model,
+            {"stream", "several requests on one stream", "concurrent streams", "stream cancelled mid-way"},
+            "3 responses with data, reference.responses gives 4",
+        ),
     ],
     ids=["python-model-wrong-output", "decoupled-model-drops-a-response"],
 )
@@ -165,7 +189,10 @@ def test_checks_after_a_server_crash_are_reported_not_run(tmp_path):
     assert time.monotonic() - started < 60
     crashed = results[crash_after]
     assert not crashed.passed and crashed.detail.startswith("the server is not healthy after this check")
-    assert all(r.detail == "not run: the server stopped being healthy during 'crash'" for r in results[crash_after + 1:])
+    assert all(
+        r.detail == "not run: the server stopped being healthy during 'crash'"
+        for r in results[crash_after + 1 :]
+    )
     assert all(r.passed for r in results[:crash_after])
 
 
@@ -175,12 +202,18 @@ def test_fuzz_catches_a_model_that_leaks_memory(tmp_path):
     model = project / "model_repository" / "add_sub" / "1" / "model.py"
     text = model.read_text()
     assert "    return {OUTPUT0: in0 + in1" in text
-    model.write_text(text.replace("    return {OUTPUT0: in0 + in1",
-                                  "    _KEPT.append(np.ones(1 << 20))\n    return {OUTPUT0: in0 + in1")
-                     + "\n_KEPT = []\n")
+    model.write_text(
+        text.replace(
+            "    return {OUTPUT0: in0 + in1",
+            "    _KEPT.append(np.ones(1 << 20))\n    return {OUTPUT0: in0 + in1",
+        )
+        + "\n_KEPT = []\n"
+    )
     with start(project) as server:
         served = Served(project, server)
-        report = run_fuzz(plan_fuzz(served.project, FUZZ_COUNT, seed=0), served.endpoints, server_pid=server.pid)
+        report = run_fuzz(
+            plan_fuzz(served.project, FUZZ_COUNT, seed=0), served.endpoints, server_pid=server.pid
+        )
     assert not report.failures and report.healthy, report.summary()
     assert not report.memory_ok and not report.passed
     assert "ABOVE the limit" in report.summary()

@@ -70,7 +70,12 @@ def test_decoupled_model_is_tested_over_grpc_streams(render_template):
     project = load_project(render_template("decoupled-backend", language="python"))
     plan = plan_smoke(project)
     found = names(plan)
-    for name in ("stream", "several requests on one stream", "concurrent streams", "stream cancelled mid-way"):
+    for name in (
+        "stream",
+        "several requests on one stream",
+        "concurrent streams",
+        "stream cancelled mid-way",
+    ):
         assert (name, "grpc") in found
     assert ("refuses HTTP /infer (decoupled)", "http") in found
     assert ("refuses unary gRPC infer (decoupled)", "grpc") in found
@@ -107,10 +112,16 @@ def test_the_plan_names_models_when_a_project_has_several(render_template):
     root = render_template("python-backend")
     (root / "model_repository" / "add_sub_copy").mkdir()
     source = (root / "model_repository" / "add_sub" / "config.pbtxt").read_text()
-    (root / "model_repository" / "add_sub_copy" / "config.pbtxt").write_text(source.replace('"add_sub"', '"add_sub_copy"'))
+    (root / "model_repository" / "add_sub_copy" / "config.pbtxt").write_text(
+        source.replace('"add_sub"', '"add_sub_copy"')
+    )
     toml = root / "tbgen.toml"
-    toml.write_text(toml.read_text().replace(
-        "[answers]", '[[models]]\nname = "add_sub_copy"\ndecoupled = false\nmax_batch_size = 8\n\n[answers]'))
+    toml.write_text(
+        toml.read_text().replace(
+            "[answers]",
+            '[[models]]\nname = "add_sub_copy"\ndecoupled = false\nmax_batch_size = 8\n\n[answers]',
+        )
+    )
     plan = plan_smoke(load_project(root))
     assert ("add_sub: infer", "http") in names(plan) and ("add_sub_copy: infer", "http") in names(plan)
 
@@ -131,7 +142,9 @@ def test_missing_or_broken_reference_is_a_clear_error(render_template):
     (root / "reference.py").write_text("import numpy as np\nraise RuntimeError('half-written')\n")
     with pytest.raises(SmokeError, match="reference.py fails to import: RuntimeError: half-written"):
         plan_smoke(load_project(root))
-    (root / "reference.py").write_text("TOLERANCE = {}\ndef make_inputs(batch_size, seed=0):\n    return {}\n")
+    (root / "reference.py").write_text(
+        "TOLERANCE = {}\ndef make_inputs(batch_size, seed=0):\n    return {}\n"
+    )
     with pytest.raises(SmokeError, match="lacks compute"):
         plan_smoke(load_project(root))
     (root / "reference.py").unlink()
@@ -234,7 +247,11 @@ def test_junit_xml_has_one_testcase_per_result(tmp_path: Path):
     suite = ET.parse(path).getroot().find("testsuite")
     assert suite.get("name") == "my-backend" and suite.get("tests") == "3" and suite.get("failures") == "1"
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == ["infer [http]", "infer [grpc]", "reference.py matches config.pbtxt"]
+    assert [c.get("name") for c in cases] == [
+        "infer [http]",
+        "infer [grpc]",
+        "reference.py matches config.pbtxt",
+    ]
     failure = cases[1].find("failure")
     assert failure.get("message") == "OUTPUT1: 3 of 16 elements differ"
     assert failure.text == "OUTPUT1: 3 of 16 elements differ\nmore"

@@ -18,21 +18,25 @@ from triton_backend_gen.errors import BuildError, UsageError
 from triton_backend_gen.project import load_project
 from triton_backend_gen.toolchain import build, cmake, symbols
 
-needs_compiler = pytest.mark.skipif(shutil.which("c++") is None or shutil.which("gcc") is None,
-                                    reason="no C/C++ compiler on PATH")
+needs_compiler = pytest.mark.skipif(
+    shutil.which("c++") is None or shutil.which("gcc") is None, reason="no C/C++ compiler on PATH"
+)
 
 
 # --------------------------------------------------------------------------- decisions
-@pytest.mark.parametrize(("line", "expected"), [
-    ("[3/10] Building CXX object CMakeFiles/x.dir/x.cc.o", (3, 10)),
-    ("[10/10] Linking CXX shared library libx.so", (10, 10)),
-    ("[ 42%] Building CXX object x.o", (42, 100)),
-    ("[100%] Built target x", (100, 100)),
-    ("ninja: no work to do.", None),
-    ("[0/2] Re-checking globbed directories...", None),  # cmake/libraries/*.cmake, checked by every build
-    ("-- Up-to-date: /x/libx.so", None),
-    ("x.cc:3:1: error: [1/2] is not progress here", None),
-])
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[3/10] Building CXX object CMakeFiles/x.dir/x.cc.o", (3, 10)),
+        ("[10/10] Linking CXX shared library libx.so", (10, 10)),
+        ("[ 42%] Building CXX object x.o", (42, 100)),
+        ("[100%] Built target x", (100, 100)),
+        ("ninja: no work to do.", None),
+        ("[0/2] Re-checking globbed directories...", None),  # cmake/libraries/*.cmake, checked by every build
+        ("-- Up-to-date: /x/libx.so", None),
+        ("x.cc:3:1: error: [1/2] is not progress here", None),
+    ],
+)
 def test_progress_lines(line, expected):
     assert cmake.progress_of(line) == expected
 
@@ -76,7 +80,13 @@ def test_what_each_project_builds(render_template):
     plain = load_project(render_template("python-backend", project_name="plain"))
     native = load_project(render_template("python-backend", project_name="nat", native=True))
     decoupled_py = load_project(render_template("decoupled-backend", project_name="dpy", language="python"))
-    assert [build.build_kind(p) for p in (cpp, gpu, plain, native, decoupled_py)] == ["cpp", "cpp", None, "native", None]
+    assert [build.build_kind(p) for p in (cpp, gpu, plain, native, decoupled_py)] == [
+        "cpp",
+        "cpp",
+        None,
+        "native",
+        None,
+    ]
     spec = native.native
     assert spec.source_dir == native.root / "native" and spec.module == "nat_native"
     assert spec.install_dir == native.models[0].directory / "1"
@@ -129,8 +139,10 @@ def test_imports_missing_from_the_server_are_named():
 
 
 def test_ldd_not_found_lines():
-    output = ("\tlinux-vdso.so.1 (0x00007ffd)\n\tlibtritonserver.so => not found\n"
-              "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f)\n\tlibcudart.so.13 => not found\n")
+    output = (
+        "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibtritonserver.so => not found\n"
+        "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f)\n\tlibcudart.so.13 => not found\n"
+    )
     assert symbols.parse_ldd_missing(output) == ["libtritonserver.so", "libcudart.so.13"]
 
 
@@ -138,8 +150,10 @@ def test_ldd_not_found_lines():
 def crafted_library(tmp_path):
     """A real shared library with one good entry point and one stray export, made with gcc."""
     source = tmp_path / "crafted.c"
-    source.write_text("int TRITONBACKEND_Initialize(void *b) { (void)b; return 0; }\n"
-                      "int helper_that_leaks(void) { return 1; }\n")
+    source.write_text(
+        "int TRITONBACKEND_Initialize(void *b) { (void)b; return 0; }\n"
+        "int helper_that_leaks(void) { return 1; }\n"
+    )
     library = tmp_path / "libtriton_crafted.so"
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     return library
@@ -162,19 +176,27 @@ def two_file_project(tmp_path):
     source.mkdir()
     (source / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.18)\nproject(two CXX)\n"
-        "add_library(two SHARED a.cc b.cc)\ninstall(TARGETS two LIBRARY DESTINATION lib)\n")
+        "add_library(two SHARED a.cc b.cc)\ninstall(TARGETS two LIBRARY DESTINATION lib)\n"
+    )
     (source / "a.cc").write_text("int a() { return 1; }\n")
     (source / "b.cc").write_text("int b() { return 2; }\n")
     return source
 
 
 @needs_compiler
-def test_second_build_does_no_work_and_one_touched_file_rebuilds_alone(two_file_project, tmp_path, monkeypatch):
+def test_second_build_does_no_work_and_one_touched_file_rebuilds_alone(
+    two_file_project, tmp_path, monkeypatch
+):
     monkeypatch.setenv("CCACHE_DISABLE", "1")
     build_dir = tmp_path / "build"
     seen = []
-    first = cmake.cmake_build(two_file_project, build_dir, triton_sources=None, gpu=False,
-                              progress=lambda done, total, line: seen.append((done, total, line)))
+    first = cmake.cmake_build(
+        two_file_project,
+        build_dir,
+        triton_sources=None,
+        gpu=False,
+        progress=lambda done, total, line: seen.append((done, total, line)),
+    )
     assert first.configured and first.work_done
     assert (first.install_dir / "lib" / "libtwo.so").is_file()
     assert seen and seen[-1][0] == seen[-1][1]  # the progress reached its total
@@ -186,8 +208,13 @@ def test_second_build_does_no_work_and_one_touched_file_rebuilds_alone(two_file_
 
     os.utime(two_file_project / "b.cc")
     compiled = []
-    third = cmake.cmake_build(two_file_project, build_dir, triton_sources=None, gpu=False,
-                              progress=lambda done, total, line: compiled.append(line))
+    third = cmake.cmake_build(
+        two_file_project,
+        build_dir,
+        triton_sources=None,
+        gpu=False,
+        progress=lambda done, total, line: compiled.append(line),
+    )
     assert third.work_done and not third.configured
     objects = [line for line in compiled if "Building" in line]
     assert len(objects) == 1 and "b.cc" in objects[0]
@@ -197,6 +224,7 @@ def test_second_build_does_no_work_and_one_touched_file_rebuilds_alone(two_file_
 
 
 # --------------------------------------------------------------------------- real Triton builds
+
 
 def compiled_sources(log: Path) -> list[str]:
     return [line for line in log.read_text().splitlines() if "Building" in line and line.startswith("[")]
@@ -276,9 +304,15 @@ def test_gpu_project_builds_and_passes_on_a_machine_without_a_gpu(tmp_path, comp
     assert result.returncode == 0, result.stdout + result.stderr
     cache = (project / "build" / "CMakeCache.txt").read_text()
     nvcc_cuda = build.parse_nvcc_version(
-        subprocess.run([str(build.find_nvcc()), "--version"], capture_output=True, text=True, check=True).stdout)
+        subprocess.run(
+            [str(build.find_nvcc()), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     archs = ";".join(versions.cuda_architectures_for(nvcc_cuda))
-    assert f"CMAKE_CUDA_ARCHITECTURES:UNINITIALIZED={archs}" in cache or f"CMAKE_CUDA_ARCHITECTURES:STRING={archs}" in cache
+    assert (
+        f"CMAKE_CUDA_ARCHITECTURES:UNINITIALIZED={archs}" in cache
+        or f"CMAKE_CUDA_ARCHITECTURES:STRING={archs}" in cache
+    )
     release = versions.resolve("24.10")
     if nvcc_cuda.split(".")[0] != release.cuda.split(".")[0]:  # e.g. CUDA 13 here, 12.6 in the 24.10 image
         assert f"ships CUDA {release.cuda}" in result.stdout and "--docker" in result.stdout
@@ -314,10 +348,15 @@ def test_tbgen_toml_wins_over_triton_tags_edited_in_cmakelists(tmp_path):
     project = load_project(new_project(tmp_path, "cpp-backend"))
     assert build.tag_disagreements(project) == []
     cmakelists = project.root / "CMakeLists.txt"
-    cmakelists.write_text(cmakelists.read_text().replace('set(TRITON_CORE_REPO_TAG "r24.10"',
-                                                         'set(TRITON_CORE_REPO_TAG "r25.10"'))
+    cmakelists.write_text(
+        cmakelists.read_text().replace(
+            'set(TRITON_CORE_REPO_TAG "r24.10"', 'set(TRITON_CORE_REPO_TAG "r25.10"'
+        )
+    )
     (note,) = build.tag_disagreements(project)
-    assert "TRITON_CORE_REPO_TAG" in note and "r25.10" in note and "tbgen.toml wins" in note and "r24.10" in note
+    assert (
+        "TRITON_CORE_REPO_TAG" in note and "r25.10" in note and "tbgen.toml wins" in note and "r24.10" in note
+    )
     defines = cmake.repo_tag_defines(project.release.branch)
     assert defines == {f"TRITON_{repo}_REPO_TAG": "r24.10" for repo in ("COMMON", "CORE", "BACKEND")}
 
@@ -334,18 +373,41 @@ def test_a_cuda_major_the_release_does_not_ship_is_a_warning():
 def test_check_warns_about_a_cuda_runtime_of_another_major_version(tmp_path):
     (tmp_path / "stub.c").write_text("int cudaStub(void) { return 0; }\n")
     cudart = tmp_path / "libcudart.so.13"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", str(cudart),
-                    str(tmp_path / "stub.c")], check=True)
-    (tmp_path / "backend.c").write_text("int cudaStub(void);\nint TRITONBACKEND_Initialize(void *b) "
-                                        "{ (void)b; return cudaStub(); }\n")
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcudart.so.13",
+            "-o",
+            str(cudart),
+            str(tmp_path / "stub.c"),
+        ],
+        check=True,
+    )
+    (tmp_path / "backend.c").write_text(
+        "int cudaStub(void);\nint TRITONBACKEND_Initialize(void *b) { (void)b; return cudaStub(); }\n"
+    )
     library = tmp_path / "libtriton_gpu.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "backend.c"),
-                    "-Wl,--no-as-needed", str(cudart)], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(library),
+            str(tmp_path / "backend.c"),
+            "-Wl,--no-as-needed",
+            str(cudart),
+        ],
+        check=True,
+    )
     r2410 = versions.resolve("24.10")
     warnings = [f.message for f in symbols.check_library(library, None, r2410) if f.severity == "warning"]
     assert len(warnings) == 1 and "libcudart.so.13" in warnings[0] and r2410.cuda in warnings[0]
-    assert not [f for f in symbols.check_library(library, None, versions.resolve("25.10"))
-                if f.severity == "warning"]
+    assert not [
+        f for f in symbols.check_library(library, None, versions.resolve("25.10")) if f.severity == "warning"
+    ]
 
 
 @pytest.mark.slow
@@ -353,13 +415,18 @@ def test_an_uncached_release_without_network_names_deps_fetch_and_add(tmp_path, 
     """Nothing cached and nowhere to clone from: the error says how to fill the cache, not only CMake's words."""
     project = new_project(tmp_path, "cpp-backend")
     empty = tmp_path / "empty-cache"
-    organization = tmp_path / "no-organization"  # FetchContent clones from here: nothing there, no network used
+    organization = (
+        tmp_path / "no-organization"
+    )  # FetchContent clones from here: nothing there, no network used
     cmakelists = project / "CMakeLists.txt"
     text = cmakelists.read_text()
     start = text.index('set(TRITON_REPO_ORGANIZATION "') + len('set(TRITON_REPO_ORGANIZATION "')
-    cmakelists.write_text(text[:start] + f"file://{organization}" + text[text.index('"', start):])
+    cmakelists.write_text(text[:start] + f"file://{organization}" + text[text.index('"', start) :])
     result = tbgen("build", str(project), env={"TBGEN_CACHE_DIR": str(empty)})
     assert result.returncode == 1, result.stdout + result.stderr
     assert "not in tbgen's cache" in result.stderr
-    assert "`tbgen deps fetch --triton-version 24.10`" in result.stderr and "`tbgen deps add --help`" in result.stderr
+    assert (
+        "`tbgen deps fetch --triton-version 24.10`" in result.stderr
+        and "`tbgen deps add --help`" in result.stderr
+    )
     assert "Traceback" not in result.stderr

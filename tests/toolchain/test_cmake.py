@@ -37,8 +37,16 @@ def bare_path(tmp_path, monkeypatch):
 
 def test_configure_offline_uses_the_cached_sources(tmp_path, bare_path):
     sources = tmp_path / "triton-src" / "r24.10"
-    command = cmake.configure_command(tmp_path / "proj", tmp_path / "proj" / "build", triton_sources=sources, gpu=False)
-    assert command[:5] == [str(bare_path / "cmake"), "-S", str(tmp_path / "proj"), "-B", str(tmp_path / "proj" / "build")]
+    command = cmake.configure_command(
+        tmp_path / "proj", tmp_path / "proj" / "build", triton_sources=sources, gpu=False
+    )
+    assert command[:5] == [
+        str(bare_path / "cmake"),
+        "-S",
+        str(tmp_path / "proj"),
+        "-B",
+        str(tmp_path / "proj" / "build"),
+    ]
     found = defines(command)
     for repo in ("common", "core", "backend"):
         assert found[f"FETCHCONTENT_SOURCE_DIR_REPO-{repo.upper()}"] == str(sources / repo)
@@ -48,8 +56,16 @@ def test_configure_offline_uses_the_cached_sources(tmp_path, bare_path):
 
 
 def test_configure_online_leaves_fetchcontent_alone(tmp_path, bare_path):
-    found = defines(cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=True,
-                                            build_type="Debug", install_prefix=tmp_path / "inst"))
+    found = defines(
+        cmake.configure_command(
+            tmp_path,
+            tmp_path / "b",
+            triton_sources=None,
+            gpu=True,
+            build_type="Debug",
+            install_prefix=tmp_path / "inst",
+        )
+    )
     assert not any(key.startswith("FETCHCONTENT_SOURCE_DIR_REPO") for key in found)
     assert "FETCHCONTENT_FULLY_DISCONNECTED" not in found
     assert found["TRITON_ENABLE_GPU"] == "ON"
@@ -81,14 +97,17 @@ def test_configure_prefers_the_cmake_beside_python(tmp_path, bare_path, monkeypa
     venv_bin.mkdir(parents=True)
     venv_cmake = fake_tool(venv_bin, "cmake")
     monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
-    assert cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=False)[0] == str(venv_cmake)
+    assert cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=False)[0] == str(
+        venv_cmake
+    )
 
 
 def test_googletest_comes_from_the_system_sources_when_present(tmp_path, bare_path, monkeypatch):
     googletest = tmp_path / "googletest"
     monkeypatch.setattr(cmake, "SYSTEM_GOOGLETEST", googletest)
     assert "FETCHCONTENT_SOURCE_DIR_GOOGLETEST" not in defines(
-        cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=False))
+        cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=False)
+    )
     googletest.mkdir()
     (googletest / "CMakeLists.txt").write_text("")
     found = defines(cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=False))
@@ -96,36 +115,64 @@ def test_googletest_comes_from_the_system_sources_when_present(tmp_path, bare_pa
 
 
 def test_extra_defines_come_last_and_win(tmp_path, bare_path):
-    command = cmake.configure_command(tmp_path, tmp_path / "b", triton_sources=None, gpu=False,
-                                      extra_defines={"TRITON_ENABLE_STATS": "OFF", "CMAKE_BUILD_TYPE": "Debug"})
+    command = cmake.configure_command(
+        tmp_path,
+        tmp_path / "b",
+        triton_sources=None,
+        gpu=False,
+        extra_defines={"TRITON_ENABLE_STATS": "OFF", "CMAKE_BUILD_TYPE": "Debug"},
+    )
     assert command[-1] == "-DCMAKE_BUILD_TYPE=Debug"
     assert defines(command)["TRITON_ENABLE_STATS"] == "OFF"
 
 
 def test_build_and_install_commands(tmp_path, bare_path):
     build = tmp_path / "build"
-    assert cmake.build_command(build, jobs=3) == [str(bare_path / "cmake"), "--build", str(build), "--parallel", "3"]
+    assert cmake.build_command(build, jobs=3) == [
+        str(bare_path / "cmake"),
+        "--build",
+        str(build),
+        "--parallel",
+        "3",
+    ]
     assert cmake.build_command(build, target="install")[-2:] == ["--target", "install"]
     assert cmake.build_command(build)[4] == str(os.cpu_count() or 1)
     assert cmake.install_command(build, tmp_path / "inst") == [
-        str(bare_path / "cmake"), "--install", str(build), "--prefix", str(tmp_path / "inst")]
+        str(bare_path / "cmake"),
+        "--install",
+        str(build),
+        "--prefix",
+        str(tmp_path / "inst"),
+    ]
 
 
 @pytest.mark.parametrize(
     ("log", "expected"),
     [
-        ("[1/3] Building CXX object a.o\n/p/src/x.cc:12:5: error: 'foo' was not declared\nmore\n",
-         "/p/src/x.cc:12:5: error: 'foo' was not declared"),
-        ("-- Configuring\nCMake Error at CMakeLists.txt:40 (find_package):\n\n  Could not find RapidJSON\n",
-         "CMake Error at CMakeLists.txt:40 (find_package): Could not find RapidJSON"),
-        ("x.cc:1:10: fatal error: triton/core/tritonbackend.h: No such file or directory\n",
-         "x.cc:1:10: fatal error: triton/core/tritonbackend.h: No such file or directory"),
-        ("/usr/bin/ld: a.o: in function `f':\na.cc:(.text+0x5): undefined reference to `g'\n",
-         "a.cc:(.text+0x5): undefined reference to `g'"),
-        ("nvcc fatal   : Unsupported gpu architecture 'compute_53'\n",
-         "nvcc fatal   : Unsupported gpu architecture 'compute_53'"),
-        ("FAILED: CMakeFiles/x.dir/x.cc.o\nninja: build stopped: subcommand failed.\n",
-         "FAILED: CMakeFiles/x.dir/x.cc.o"),
+        (
+            "[1/3] Building CXX object a.o\n/p/src/x.cc:12:5: error: 'foo' was not declared\nmore\n",
+            "/p/src/x.cc:12:5: error: 'foo' was not declared",
+        ),
+        (
+            "-- Configuring\nCMake Error at CMakeLists.txt:40 (find_package):\n\n  Could not find RapidJSON\n",
+            "CMake Error at CMakeLists.txt:40 (find_package): Could not find RapidJSON",
+        ),
+        (
+            "x.cc:1:10: fatal error: triton/core/tritonbackend.h: No such file or directory\n",
+            "x.cc:1:10: fatal error: triton/core/tritonbackend.h: No such file or directory",
+        ),
+        (
+            "/usr/bin/ld: a.o: in function `f':\na.cc:(.text+0x5): undefined reference to `g'\n",
+            "a.cc:(.text+0x5): undefined reference to `g'",
+        ),
+        (
+            "nvcc fatal   : Unsupported gpu architecture 'compute_53'\n",
+            "nvcc fatal   : Unsupported gpu architecture 'compute_53'",
+        ),
+        (
+            "FAILED: CMakeFiles/x.dir/x.cc.o\nninja: build stopped: subcommand failed.\n",
+            "FAILED: CMakeFiles/x.dir/x.cc.o",
+        ),
         ("-- Configuring done\n-- Generating done\n", None),
         ("warning: unused variable 'errors_seen' [-Wunused-variable]\n", None),
     ],
@@ -141,7 +188,8 @@ def test_run_cmake_build_reports_the_first_error_and_the_log(tmp_path):
     source = tmp_path / "broken"
     source.mkdir()
     (source / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.18)\nproject(broken CXX)\nadd_library(broken SHARED broken.cc)\n")
+        "cmake_minimum_required(VERSION 3.18)\nproject(broken CXX)\nadd_library(broken SHARED broken.cc)\n"
+    )
     (source / "broken.cc").write_text("int f() { return undeclared_name; }\n")
     with pytest.raises(BuildError) as caught:
         cmake.run_cmake_build(source, tmp_path / "build", triton_sources=None, gpu=False)
@@ -161,14 +209,26 @@ def test_error_places_open_from_where_tbgen_runs(tmp_path, monkeypatch):
     compiler = "../src/cppf.cc:287:25: error: 'x' was not declared in this scope"
     cmake_error = "CMake Error at CMakeLists.txt:40 (find_package): Could not find RapidJSON"
     monkeypatch.chdir(project)
-    assert cmake.openable(compiler, build, project) == "src/cppf.cc:287:25: error: 'x' was not declared in this scope"
+    assert (
+        cmake.openable(compiler, build, project)
+        == "src/cppf.cc:287:25: error: 'x' was not declared in this scope"
+    )
     assert cmake.openable(cmake_error, build, project).startswith("CMake Error at CMakeLists.txt:40 (")
-    native = "../../native/src/ext.cc:3:1: error: e"  # a python project's extension: its sources are in native/
+    native = (
+        "../../native/src/ext.cc:3:1: error: e"  # a python project's extension: its sources are in native/
+    )
     assert cmake.openable(native, build / "native", project / "native") == "native/src/ext.cc:3:1: error: e"
     monkeypatch.chdir(tmp_path)
     assert cmake.openable(compiler, build, project).startswith(f"{project}/src/cppf.cc:287:25: error:")
-    assert cmake.openable(cmake_error, build, project).startswith(f"CMake Error at {project}/CMakeLists.txt:40 (")
-    assert cmake.openable("/usr/include/x.h:3:1: error: y", build, project) == "/usr/include/x.h:3:1: error: y"
-    for untouched in ("nvcc fatal   : Unsupported gpu architecture 'compute_53'", "FAILED: CMakeFiles/x.dir/x.cc.o",
-                      "a.cc:(.text+0x5): undefined reference to `g'"):
+    assert cmake.openable(cmake_error, build, project).startswith(
+        f"CMake Error at {project}/CMakeLists.txt:40 ("
+    )
+    assert (
+        cmake.openable("/usr/include/x.h:3:1: error: y", build, project) == "/usr/include/x.h:3:1: error: y"
+    )
+    for untouched in (
+        "nvcc fatal   : Unsupported gpu architecture 'compute_53'",
+        "FAILED: CMakeFiles/x.dir/x.cc.o",
+        "a.cc:(.text+0x5): undefined reference to `g'",
+    ):
         assert cmake.openable(untouched, build, project) == untouched

@@ -40,10 +40,15 @@ def test_one_source_exactly():
 
 
 def test_find_package_defaults_to_the_pkg_pkg_target_and_splits_components():
-    spec = library_spec("opencv", find_package="OpenCV", components=["core,dnn", "imgproc core"],
-                        target="opencv_dnn")
+    spec = library_spec(
+        "opencv", find_package="OpenCV", components=["core,dnn", "imgproc core"], target="opencv_dnn"
+    )
     assert (spec.source, spec.package, spec.components, spec.target) == (
-        FIND_PACKAGE, "OpenCV", ("core", "dnn", "imgproc"), "opencv_dnn")
+        FIND_PACKAGE,
+        "OpenCV",
+        ("core", "dnn", "imgproc"),
+        "opencv_dnn",
+    )
     assert library_spec("fmt", find_package="fmt").target == "fmt::fmt"
     with pytest.raises(UsageError, match="not a CMake target"):
         library_spec("fmt", find_package="fmt", target="fmt fmt")
@@ -54,7 +59,9 @@ def test_variables_are_upper_case_identifiers():
 
 
 def test_a_prefix_library_is_the_name_or_the_only_library_there():
-    assert libraries.prefix_library("tiny", Path("/p"), ["libtiny.so", "libtiny.so.1", "libother.a"]) == "tiny"
+    assert (
+        libraries.prefix_library("tiny", Path("/p"), ["libtiny.so", "libtiny.so.1", "libother.a"]) == "tiny"
+    )
     assert libraries.prefix_library("libtiny", Path("/p"), ["libtiny.so.1.2"]) == "tiny"
     assert libraries.prefix_library("mylib", Path("/p"), ["libreal.so", "cmake"]) == "real"
     with pytest.raises(UsageError, match=r"no libx\.so or libx\.a \(it has: liba, libb\)"):
@@ -71,16 +78,33 @@ def test_a_prefix_header_is_the_name_or_the_first_header():
 
 def test_each_file_finds_the_library_and_links_it_to_the_backend_target():
     for spec, lines in [
-        (library_spec("fmt", find_package="fmt", components=["core"]),
-         ["find_package(fmt REQUIRED COMPONENTS core)", 'set(FMT_TARGET "fmt::fmt")',
-          "target_link_libraries(${BACKEND_TARGET} PRIVATE ${FMT_TARGET})"]),
-        (library_spec("fmt", pkg_config="fmt"),
-         ["pkg_check_modules(FMT REQUIRED IMPORTED_TARGET fmt)",
-          "target_link_libraries(${BACKEND_TARGET} PRIVATE PkgConfig::FMT)"]),
-        (library_spec("tiny", path=Path("/opt/tiny"), include_listing=["tiny.h"], lib_listing=["libtiny.so"]),
-         ['set(TINY_ROOT "/opt/tiny" CACHE PATH', "find_path(TINY_INCLUDE_DIR NAMES tiny.h",
-          "find_library(TINY_LIBRARY NAMES tiny", "target_include_directories(${BACKEND_TARGET} SYSTEM PRIVATE",
-          "target_link_libraries(${BACKEND_TARGET} PRIVATE ${TINY_LIBRARY})"]),
+        (
+            library_spec("fmt", find_package="fmt", components=["core"]),
+            [
+                "find_package(fmt REQUIRED COMPONENTS core)",
+                'set(FMT_TARGET "fmt::fmt")',
+                "target_link_libraries(${BACKEND_TARGET} PRIVATE ${FMT_TARGET})",
+            ],
+        ),
+        (
+            library_spec("fmt", pkg_config="fmt"),
+            [
+                "pkg_check_modules(FMT REQUIRED IMPORTED_TARGET fmt)",
+                "target_link_libraries(${BACKEND_TARGET} PRIVATE PkgConfig::FMT)",
+            ],
+        ),
+        (
+            library_spec(
+                "tiny", path=Path("/opt/tiny"), include_listing=["tiny.h"], lib_listing=["libtiny.so"]
+            ),
+            [
+                'set(TINY_ROOT "/opt/tiny" CACHE PATH',
+                "find_path(TINY_INCLUDE_DIR NAMES tiny.h",
+                "find_library(TINY_LIBRARY NAMES tiny",
+                "target_include_directories(${BACKEND_TARGET} SYSTEM PRIVATE",
+                "target_link_libraries(${BACKEND_TARGET} PRIVATE ${TINY_LIBRARY})",
+            ],
+        ),
     ]:
         text = library_cmake(spec)
         assert text.startswith(f"# {spec.name}: ") and "tbgen never rewrites it" in text
@@ -118,7 +142,9 @@ def build_consumer(root: Path, spec, source: str) -> subprocess.CompletedProcess
     (root / "CMakeLists.txt").write_text(TINY_PROJECT)
     (root / "consumer.cc").write_text(source)
     cmake = cmake_executable()
-    configured = subprocess.run([cmake, "-S", str(root), "-B", str(root / "build")], capture_output=True, text=True)
+    configured = subprocess.run(
+        [cmake, "-S", str(root), "-B", str(root / "build")], capture_output=True, text=True
+    )
     if configured.returncode != 0:
         return configured
     return subprocess.run([cmake, "--build", str(root / "build")], capture_output=True, text=True)
@@ -136,8 +162,10 @@ def system_fmt():
     if shutil.which(cmake_executable()) is None or shutil.which("c++") is None:
         pytest.skip("cmake and a C++ compiler are needed")
     if not Path("/usr/include/fmt/format.h").is_file():
-        pytest.skip("Debian's libfmt-dev is not installed (apt-get install libspdlog-dev brings it; "
-                    "scripts/setup does)")
+        pytest.skip(
+            "Debian's libfmt-dev is not installed (apt-get install libspdlog-dev brings it; "
+            "scripts/setup does)"
+        )
 
 
 @pytest.mark.parametrize("source", [FIND_PACKAGE, PKG_CONFIG])
@@ -164,11 +192,17 @@ def test_a_path_file_links_a_library_from_a_prefix_with_system_headers(tmp_path)
     (prefix / "include").mkdir(parents=True)
     (prefix / "lib").mkdir()
     # A header that -Wextra -Werror would reject in the backend's own code: it must come in as a SYSTEM header.
-    (prefix / "include" / "tiny.h").write_text("inline int tiny_unused(int unused) { return 7; }\nint tiny();\n")
+    (prefix / "include" / "tiny.h").write_text(
+        "inline int tiny_unused(int unused) { return 7; }\nint tiny();\n"
+    )
     (tmp_path / "tiny.cc").write_text("int tiny() { return 7; }\n")
-    subprocess.run(["c++", "-shared", "-fPIC", "-o", str(prefix / "lib" / "libtiny.so"), str(tmp_path / "tiny.cc")],
-                   check=True)
+    subprocess.run(
+        ["c++", "-shared", "-fPIC", "-o", str(prefix / "lib" / "libtiny.so"), str(tmp_path / "tiny.cc")],
+        check=True,
+    )
     spec = library_spec("tiny", path=prefix, include_listing=["tiny.h"], lib_listing=["libtiny.so"])
-    built = build_consumer(tmp_path / "consumer", spec, '#include <tiny.h>\nint consumer_answer() { return tiny(); }\n')
+    built = build_consumer(
+        tmp_path / "consumer", spec, "#include <tiny.h>\nint consumer_answer() { return tiny(); }\n"
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     assert "libtiny.so" in needed(tmp_path / "consumer" / "build" / "libconsumer.so")

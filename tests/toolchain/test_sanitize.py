@@ -30,22 +30,30 @@ def test_sanitizer_defines_instrument_compiles_and_links():
 
 
 def test_runtimes_come_from_ldd_with_asan_first():
-    output = ("\tlinux-vdso.so.1 (0x00007ffd)\n"
-              "\tlibubsan.so.1 => /lib/x86_64-linux-gnu/libubsan.so.1 (0x00007f0b)\n"
-              "\tlibtritonserver.so => not found\n"
-              "\tlibasan.so.8 => /lib/x86_64-linux-gnu/libasan.so.8 (0x00007f0a)\n")
+    output = (
+        "\tlinux-vdso.so.1 (0x00007ffd)\n"
+        "\tlibubsan.so.1 => /lib/x86_64-linux-gnu/libubsan.so.1 (0x00007f0b)\n"
+        "\tlibtritonserver.so => not found\n"
+        "\tlibasan.so.8 => /lib/x86_64-linux-gnu/libasan.so.8 (0x00007f0a)\n"
+    )
     runtimes = parse_ldd_runtimes(output)
     assert [p.name for p in runtimes] == ["libasan.so.8", "libubsan.so.1"]
     env = sanitizer_environment(runtimes)
-    assert env["LD_PRELOAD"].split(":")[0].endswith("libasan.so.8") and "detect_leaks=0" in env["ASAN_OPTIONS"]
-    assert parse_ldd_runtimes("\tlibc.so.6 => /lib/libc.so.6 (0x1)\n") == () and sanitizer_environment(()) == {}
+    assert (
+        env["LD_PRELOAD"].split(":")[0].endswith("libasan.so.8") and "detect_leaks=0" in env["ASAN_OPTIONS"]
+    )
+    assert (
+        parse_ldd_runtimes("\tlibc.so.6 => /lib/libc.so.6 (0x1)\n") == () and sanitizer_environment(()) == {}
+    )
 
 
 def test_reports_are_found_in_a_server_log():
-    log = ('I1202 20:38:21.322664 26739 http_server.cc:4713] "Started HTTPService at 127.0.0.1:44021"\n'
-           "/p/src/p.cc:50:26: runtime error: load of misaligned address 0x6190 for type 'const Element'\n"
-           "    #0 0x7f72 in AddSub(float const*) /p/src/p.cc:50\n"
-           "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6020\n")
+    log = (
+        'I1202 20:38:21.322664 26739 http_server.cc:4713] "Started HTTPService at 127.0.0.1:44021"\n'
+        "/p/src/p.cc:50:26: runtime error: load of misaligned address 0x6190 for type 'const Element'\n"
+        "    #0 0x7f72 in AddSub(float const*) /p/src/p.cc:50\n"
+        "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6020\n"
+    )
     reports = sanitizer_reports(log, context=1)
     assert len(reports) == 2
     assert reports[0].startswith("/p/src/p.cc:50:26: runtime error") and "#0" in reports[0]
@@ -78,8 +86,10 @@ def test_cpp_backend_passes_the_smoke_suite_under_asan_and_ubsan(tmp_path, compi
     marker = "  for (size_t i = 0; i < batch_size * a.row_size; ++i) {"
     assert marker in text
     # A shift by more than the width of int: undefined behaviour that UBSan reports and execution survives.
-    planted = ("  volatile int width = 40 + static_cast<int>(batch_size % 2);\n"
-               "  sum[0] = static_cast<float>(1 << width);\n")
+    planted = (
+        "  volatile int width = 40 + static_cast<int>(batch_size % 2);\n"
+        "  sum[0] = static_cast<float>(1 << width);\n"
+    )
     source.write_text(text.replace(marker, planted + marker, 1))
     buggy = tbgen("test", str(project), "--sanitize", "address,undefined")
     assert buggy.returncode == 1, buggy.stdout + buggy.stderr

@@ -32,28 +32,42 @@ if shutil.which("git") is None:
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "tbgen tests", "GIT_AUTHOR_EMAIL": "tests@tbgen.invalid",
-           "GIT_COMMITTER_NAME": "tbgen tests", "GIT_COMMITTER_EMAIL": "tests@tbgen.invalid",
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "tbgen tests",
+        "GIT_AUTHOR_EMAIL": "tests@tbgen.invalid",
+        "GIT_COMMITTER_NAME": "tbgen tests",
+        "GIT_COMMITTER_EMAIL": "tests@tbgen.invalid",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env
+    ).stdout.strip()
 
 
 def backend_header(api: tuple[int, int]) -> str:
-    return (f"#pragma once\n#define TRITONBACKEND_API_VERSION_MAJOR {api[0]}\n"
-            f"#define TRITONBACKEND_API_VERSION_MINOR {api[1]}\n")
+    return (
+        f"#pragma once\n#define TRITONBACKEND_API_VERSION_MAJOR {api[0]}\n"
+        f"#define TRITONBACKEND_API_VERSION_MINOR {api[1]}\n"
+    )
 
 
 def repository_files(name: str, api: tuple[int, int], googletest_url: str) -> dict[str, str]:
     """The files of one stand-in repository: its CMakeLists.txt and the file tbgen checks each one for."""
-    files = {"CMakeLists.txt": f"cmake_minimum_required(VERSION {RELEASE.min_cmake})\nproject({name})\n",
-             "LICENSE": "stand-in for tests\n"}
+    files = {
+        "CMakeLists.txt": f"cmake_minimum_required(VERSION {RELEASE.min_cmake})\nproject({name})\n",
+        "LICENSE": "stand-in for tests\n",
+    }
     if name == "core":
         files[sources.EXPECTED_FILES["core"]] = backend_header(api)
     elif name == "common":
         files[sources.EXPECTED_FILES["common"]] = "#pragma once\n"
         # common's unit tests fetch googletest as the archive of one pinned commit.
-        files["src/test/CMakeLists.txt"] = (f"FetchContent_Declare(\n  googletest\n  URL {googletest_url}\n)\n"
-                                            "FetchContent_MakeAvailable(googletest)\n")
+        files["src/test/CMakeLists.txt"] = (
+            f"FetchContent_Declare(\n  googletest\n  URL {googletest_url}\n)\n"
+            "FetchContent_MakeAvailable(googletest)\n"
+        )
     else:
         files[sources.EXPECTED_FILES[name]] = "#pragma once\n"
     return files
@@ -83,7 +97,9 @@ def googletest_zip(path: Path, top: str) -> Path:
 @pytest.fixture(scope="module")
 def googletest_archive(tmp_path_factory) -> Path:
     """The googletest archive common's r24.10 pins (a file:// URL in its src/test/CMakeLists.txt)."""
-    return googletest_zip(tmp_path_factory.mktemp("googletest") / "googletest-pinned.zip", "googletest-pinned")
+    return googletest_zip(
+        tmp_path_factory.mktemp("googletest") / "googletest-pinned.zip", "googletest-pinned"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +141,14 @@ def leftovers(cache: Path) -> list[str]:
 
 
 def tbgen(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "triton_backend_gen", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "250", **env}, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250", **env},
+        timeout=300,
+        check=False,
+    )
 
 
 def test_the_stand_in_organization_has_the_release_branch_and_another_default(organization):
@@ -138,8 +160,12 @@ def test_the_stand_in_organization_has_the_release_branch_and_another_default(or
 
 def test_fetch_clones_each_repository_at_the_release_branch(cache, organization, googletest_mirror):
     lines: list[str] = []
-    entry = sources.fetch_sources(RELEASE, organization=organization.as_uri(),
-                                  googletest_url=googletest_mirror.as_uri(), progress=lines.append)
+    entry = sources.fetch_sources(
+        RELEASE,
+        organization=organization.as_uri(),
+        googletest_url=googletest_mirror.as_uri(),
+        progress=lines.append,
+    )
     assert entry == cache / BRANCH
     assert sources.cached_sources(BRANCH) == entry and sources.missing_repositories(BRANCH) == []
     for name, expected in sources.EXPECTED_FILES.items():
@@ -239,8 +265,17 @@ def test_deps_cli_fetch_list_and_refusal(cache, organization):
 
 def test_deps_cli_fetch_from_a_file_url_organization(cache, organization, googletest_mirror):
     env = {"TBGEN_CACHE_DIR": str(cache.parent)}
-    fetched = tbgen("deps", "fetch", "--triton-version", BRANCH, "--organization", organization.as_uri(),
-                    "--googletest-url", googletest_mirror.as_uri(), env=env)
+    fetched = tbgen(
+        "deps",
+        "fetch",
+        "--triton-version",
+        BRANCH,
+        "--organization",
+        organization.as_uri(),
+        "--googletest-url",
+        googletest_mirror.as_uri(),
+        env=env,
+    )
     assert fetched.returncode == 0, fetched.stderr
     assert f"cloning core {BRANCH} from {organization.as_uri()}/core.git" in fetched.stdout
     for name in sources.REPOSITORIES:
@@ -251,10 +286,20 @@ def test_deps_cli_fetch_from_a_file_url_organization(cache, organization, google
 
 
 def test_deps_cli_fetch_of_a_branch_the_organization_lacks(cache, organization):
-    result = tbgen("deps", "fetch", "--triton-version", "25.10", "--organization", organization.as_uri(),
-                   "--no-googletest", env={"TBGEN_CACHE_DIR": str(cache.parent)})
+    result = tbgen(
+        "deps",
+        "fetch",
+        "--triton-version",
+        "25.10",
+        "--organization",
+        organization.as_uri(),
+        "--no-googletest",
+        env={"TBGEN_CACHE_DIR": str(cache.parent)},
+    )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "r25.10" in result.stderr and "--organization" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "r25.10" in result.stderr and "--organization" in result.stderr and "Traceback" not in result.stderr
+    )
     assert not (cache / "r25.10").exists() and leftovers(cache) == []
 
 
@@ -264,8 +309,11 @@ def make_checkouts(root: Path, organization: Path) -> Path:
     git("clone", "--quiet", "--branch", BRANCH, (organization / "core.git").as_uri(), str(root / "core"))
     for name in ("common", "backend"):
         (root / name).mkdir()
-        archive = subprocess.run(["git", "--git-dir", str(organization / f"{name}.git"), "archive", BRANCH],
-                                 capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "--git-dir", str(organization / f"{name}.git"), "archive", BRANCH],
+            capture_output=True,
+            check=True,
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(root / name)], input=archive, check=True)
     return root
 
@@ -287,8 +335,15 @@ def test_add_registers_sources_a_user_has(cache, organization, tmp_path):
 
 def test_add_via_cli(cache, organization, tmp_path):
     checkouts = make_checkouts(tmp_path / "mine", organization)
-    result = tbgen("deps", "add", "--from", str(checkouts), "--triton-version", BRANCH,
-                   env={"TBGEN_CACHE_DIR": str(cache.parent)})
+    result = tbgen(
+        "deps",
+        "add",
+        "--from",
+        str(checkouts),
+        "--triton-version",
+        BRANCH,
+        env={"TBGEN_CACHE_DIR": str(cache.parent)},
+    )
     assert result.returncode == 0, result.stderr
     assert sources.cached_sources(BRANCH) == cache / BRANCH
 

@@ -28,7 +28,10 @@ LINES = "".join(f"line {i}\n" for i in range(1, 21))
 
 
 def files(**texts: str) -> dict[str, GeneratedFile]:
-    return {name.replace("__", "/").replace("_", "."): GeneratedFile(text.encode()) for name, text in texts.items()}
+    return {
+        name.replace("__", "/").replace("_", "."): GeneratedFile(text.encode())
+        for name, text in texts.items()
+    }
 
 
 def write(root: Path, **texts: str) -> None:
@@ -42,16 +45,44 @@ def actions(changes) -> dict[str, str]:
 
 
 def test_each_case_of_the_plan(tmp_path):
-    base = files(same_txt="a\n", untouched_txt="old\n", edited_txt=LINES, clash_txt="x\n", deleted_txt="d\n",
-                 dropped_txt="gone\n", dropped__edited_txt="gone\n", yours__only_txt="kept\n")
-    new = files(same_txt="a\n", untouched_txt="new\n", edited_txt=LINES.replace("line 18", "line eighteen"),
-                clash_txt="theirs\n", deleted_txt="d2\n", added_txt="hello\n", yours__only_txt="kept\n")
-    write(tmp_path, same_txt="a\n", untouched_txt="old\n", edited_txt=LINES.replace("line 2\n", "line two\n"),
-          clash_txt="mine\n", dropped_txt="gone\n", dropped__edited_txt="changed\n", yours__only_txt="mine too\n")
+    base = files(
+        same_txt="a\n",
+        untouched_txt="old\n",
+        edited_txt=LINES,
+        clash_txt="x\n",
+        deleted_txt="d\n",
+        dropped_txt="gone\n",
+        dropped__edited_txt="gone\n",
+        yours__only_txt="kept\n",
+    )
+    new = files(
+        same_txt="a\n",
+        untouched_txt="new\n",
+        edited_txt=LINES.replace("line 18", "line eighteen"),
+        clash_txt="theirs\n",
+        deleted_txt="d2\n",
+        added_txt="hello\n",
+        yours__only_txt="kept\n",
+    )
+    write(
+        tmp_path,
+        same_txt="a\n",
+        untouched_txt="old\n",
+        edited_txt=LINES.replace("line 2\n", "line two\n"),
+        clash_txt="mine\n",
+        dropped_txt="gone\n",
+        dropped__edited_txt="changed\n",
+        yours__only_txt="mine too\n",
+    )
     changes = plan_update(tmp_path, base, new, LABELS)
-    assert actions(changes) == {"untouched.txt": REPLACED, "edited.txt": MERGED, "clash.txt": CONFLICT,
-                                "deleted.txt": DELETED_BY_YOU, "dropped.txt": NO_LONGER_GENERATED,
-                                "added.txt": ADDED}
+    assert actions(changes) == {
+        "untouched.txt": REPLACED,
+        "edited.txt": MERGED,
+        "clash.txt": CONFLICT,
+        "deleted.txt": DELETED_BY_YOU,
+        "dropped.txt": NO_LONGER_GENERATED,
+        "added.txt": ADDED,
+    }
     merged = next(c for c in changes if c.path == "edited.txt").result.data.decode()
     assert "line two\n" in merged and "line eighteen\n" in merged and "<<<<<<<" not in merged
     clash = next(c for c in changes if c.path == "clash.txt").result.data.decode()
@@ -73,7 +104,9 @@ def test_a_binary_conflict_keeps_yours_and_says_so(tmp_path):
 
 
 def record_of(tmp_path: Path, **texts: str) -> Record:
-    return Record(Recipe("python-backend", "0.2.0", {"project_name": "p", "triton_version": "26.02"}), files(**texts))
+    return Record(
+        Recipe("python-backend", "0.2.0", {"project_name": "p", "triton_version": "26.02"}), files(**texts)
+    )
 
 
 def test_apply_writes_every_change_and_the_record(tmp_path):
@@ -87,8 +120,12 @@ def test_apply_writes_every_change_and_the_record(tmp_path):
 def test_a_failure_half_way_puts_everything_back(tmp_path, monkeypatch):
     write(tmp_path, a_txt="old\n", z__c_txt="old\n")
     before = snapshot(tmp_path)
-    changes = plan_update(tmp_path, files(a_txt="old\n", z__c_txt="old\n"),
-                          files(a_txt="new\n", m__b_txt="b\n", z__c_txt="new\n"), LABELS)
+    changes = plan_update(
+        tmp_path,
+        files(a_txt="old\n", z__c_txt="old\n"),
+        files(a_txt="new\n", m__b_txt="b\n", z__c_txt="new\n"),
+        LABELS,
+    )
     real = update.replace_file
 
     def disk_full_at_the_last(path, file):
@@ -110,7 +147,9 @@ def test_a_signal_while_writing_puts_everything_back_then_arrives(tmp_path, monk
     when another thread is alive for the kernel to hand the signal to."""
     write(tmp_path, a_txt="old\n", b_txt="old\n")
     before = snapshot(tmp_path)
-    changes = plan_update(tmp_path, files(a_txt="old\n", b_txt="old\n"), files(a_txt="new\n", b_txt="new\n"), LABELS)
+    changes = plan_update(
+        tmp_path, files(a_txt="old\n", b_txt="old\n"), files(a_txt="new\n", b_txt="new\n"), LABELS
+    )
     real, written = update.replace_file, []
 
     def write_then_signal(path, file):

@@ -17,7 +17,9 @@ class Answering:
 
 
 def test_the_record_holds_the_rendering_and_only_the_answers_chosen(tmp_path):
-    project = render_new_project("cpp-backend", tmp_path / "p", {"triton_version": "24.10"}, prompter=Answering())
+    project = render_new_project(
+        "cpp-backend", tmp_path / "p", {"triton_version": "24.10"}, prompter=Answering()
+    )
     record = read_record(project)
     assert record.files == read_tree(project) and "src/p.cc" in record.files
     assert record.recipe.given == {"project_name": "p", "triton_version": "24.10", "dtype": "FP16"}
@@ -39,7 +41,9 @@ class RejectedThenDefault(Answering):
 
 def test_a_rejected_answer_is_not_recorded(tmp_path):
     prompter = RejectedThenDefault()
-    project = render_new_project("cpp-backend", tmp_path / "p", {"triton_version": "24.10"}, prompter=prompter)
+    project = render_new_project(
+        "cpp-backend", tmp_path / "p", {"triton_version": "24.10"}, prompter=prompter
+    )
     assert len(prompter.rejected) == 1
     assert read_record(project).recipe.given == {"project_name": "p", "triton_version": "24.10"}
 
@@ -59,11 +63,14 @@ def test_the_record_is_deterministic(tmp_path):
 def test_label_files_of_an_imported_config_are_carried(tmp_path):
     config = tmp_path / "src" / "config.pbtxt"
     config.parent.mkdir()
-    config.write_text('name: "cls"\nmax_batch_size: 4\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
-                      'output [ { name: "P" data_type: TYPE_FP32 dims: [ 3 ] label_filename: "labels.txt" } ]\n')
+    config.write_text(
+        'name: "cls"\nmax_batch_size: 4\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+        'output [ { name: "P" data_type: TYPE_FP32 dims: [ 3 ] label_filename: "labels.txt" } ]\n'
+    )
     (config.parent / "labels.txt").write_text("a\nb\nc\n")
-    project = render_new_project("python-backend", tmp_path / "p", {},
-                                 imported=import_config(config, "python-backend"))
+    project = render_new_project(
+        "python-backend", tmp_path / "p", {}, imported=import_config(config, "python-backend")
+    )
     record = read_record(project)
     assert record.recipe.carried == ("model_repository/cls/labels.txt",)
     assert record.files["model_repository/cls/labels.txt"].data == b"a\nb\nc\n"

@@ -73,7 +73,9 @@ def test_settings_are_merged_into_an_edited_config_and_the_template_version_must
     replace_once(config, "instance_group {", "# two groups of mine\ninstance_group {")
     unknown = run_tbgen("update", "--template-version", "9.9", "--project", str(project))
     assert unknown.returncode == 2 and "ships python-backend" in unknown.stderr
-    result = run_tbgen("update", "--triton-version", "24.10", "--set", "max_batch_size=4", "--project", str(project))
+    result = run_tbgen(
+        "update", "--triton-version", "24.10", "--set", "max_batch_size=4", "--project", str(project)
+    )
     assert result.returncode == 0, result.stderr
     assert "max_batch_size: 4" in config.read_text() and "# two groups of mine" in config.read_text()
     assert tomllib.loads((project / "tbgen.toml").read_text())["answers"]["max_batch_size"] == 4
@@ -152,7 +154,9 @@ def test_doctor_explains_the_release_change(tmp_path):
 def test_sigint_before_writing_leaves_the_project_as_it_was(tmp_path, monkeypatch, point):
     """In-process: SIGINT while tbgen's side is rendered, or while the merge is planned."""
     project = new_project(tmp_path, "cpp-backend")
-    replace_once(project / "src" / "proj.cc", "difference[i] = a[i] - b[i];", "difference[i] = a[i] - b[i];  // mine")
+    replace_once(
+        project / "src" / "proj.cc", "difference[i] = a[i] - b[i];", "difference[i] = a[i] - b[i];  // mine"
+    )
     before = snapshot(project)
     name = "render_recipe" if point == "render" else "plan_update"
     real = getattr(updating, name)
@@ -185,8 +189,11 @@ def test_sigint_at_any_moment_leaves_the_project_as_it_was_or_updated(tmp_path):
         subprocess.run(["cp", "-a", str(first), str(project)], check=True)
         for relative, data in before.items():  # back to the state before the update
             (project / relative).write_bytes(data)
-        process = subprocess.Popen([sys.executable, "-m", "triton_backend_gen", "update", "--project", str(project)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "triton_backend_gen", "update", "--project", str(project)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(duration * (step + 1) / 8)
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)

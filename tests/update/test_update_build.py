@@ -29,21 +29,33 @@ def edit_cpp(project, source, header, extra, old, new):
     first_include = text.index("#include")
     source.write_text(text[:first_include] + '#include "extra.h"\n' + text[first_include:])
     replace_once(source, old, new)
-    replace_once(project / "CMakeLists.txt", f"SHARED src/{source.name})", f"SHARED src/{source.name} src/extra.cc)")
+    replace_once(
+        project / "CMakeLists.txt", f"SHARED src/{source.name})", f"SHARED src/{source.name} src/extra.cc)"
+    )
 
 
 CASES = {
-    "cpp-backend": ("src/proj.cc", "float UserAdd(float a, float b);\n",
-                    "#include \"extra.h\"\n\nfloat\nUserAdd(float a, float b)\n{\n  return a + b;\n}\n",
-                    "sum[i] = a[i] + b[i];", "sum[i] = UserAdd(a[i], b[i]);  // mine"),
-    "decoupled-backend": ("src/proj.cc", "#include <cstdint>\nint32_t UserRepeat(int32_t value);\n",
-                          "#include \"extra.h\"\n\nint32_t\nUserRepeat(int32_t value)\n{\n  return value;\n}\n",
-                          "job.stream->Send(job.in[i],", "job.stream->Send(UserRepeat(job.in[i]),  // mine\n"),
+    "cpp-backend": (
+        "src/proj.cc",
+        "float UserAdd(float a, float b);\n",
+        '#include "extra.h"\n\nfloat\nUserAdd(float a, float b)\n{\n  return a + b;\n}\n',
+        "sum[i] = a[i] + b[i];",
+        "sum[i] = UserAdd(a[i], b[i]);  // mine",
+    ),
+    "decoupled-backend": (
+        "src/proj.cc",
+        "#include <cstdint>\nint32_t UserRepeat(int32_t value);\n",
+        '#include "extra.h"\n\nint32_t\nUserRepeat(int32_t value)\n{\n  return value;\n}\n',
+        "job.stream->Send(job.in[i],",
+        "job.stream->Send(UserRepeat(job.in[i]),  // mine\n",
+    ),
 }
 
 
 @pytest.mark.parametrize("template", ["cpp-backend", "decoupled-backend", "python-backend"])
-def test_an_edited_project_moves_from_24_10_to_26_02_and_passes_tbgen_test(tmp_path, template, compiler_cache):
+def test_an_edited_project_moves_from_24_10_to_26_02_and_passes_tbgen_test(
+    tmp_path, template, compiler_cache
+):
     old, new = versions.resolve("24.10"), versions.resolve("26.02")
     project = new_project(tmp_path, template)  # 24.10
     cpp = template in CASES

@@ -63,8 +63,18 @@ def _git_show(repo: str, branch: str, path: str) -> str | None:
         if not git_dir.is_dir():
             continue
         for ref in (f"refs/heads/{branch}", f"refs/remotes/origin/{branch}", f"refs/tags/{branch}"):
-            result = subprocess.run(["git", "--git-dir" if git_dir.suffix == ".git" else "-C", str(git_dir),
-                                     "show", f"{ref}:{path}"], capture_output=True, text=True, check=False)
+            result = subprocess.run(
+                [
+                    "git",
+                    "--git-dir" if git_dir.suffix == ".git" else "-C",
+                    str(git_dir),
+                    "show",
+                    f"{ref}:{path}",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if result.returncode == 0:
                 return result.stdout
     return None
@@ -92,14 +102,20 @@ def _releases_with(*repos: str, probe: str = "CMakeLists.txt") -> list:
 
 
 def _none_at_hand(*repos: str) -> str:
-    organization = (f"set ${sources.ORGANIZATION_VARIABLE} to a directory holding "
-                    f"{', '.join(repo + '.git' for repo in repos)} with the release branches")
+    organization = (
+        f"set ${sources.ORGANIZATION_VARIABLE} to a directory holding "
+        f"{', '.join(repo + '.git' for repo in repos)} with the release branches"
+    )
     if set(repos) <= set(sources.REPOSITORIES):
-        return (f"no Triton sources of {', '.join(repos)} at hand: tbgen's source cache ({sources.sources_dir()}) "
-                f"is empty; fill it with `tbgen deps fetch --triton-version 24.10` (or `tbgen deps add`), or "
-                f"{organization}")
-    return (f"the {'/'.join(repos)} repository is not at hand (tbgen's cache holds core/common/backend only): "
-            f"{organization}")
+        return (
+            f"no Triton sources of {', '.join(repos)} at hand: tbgen's source cache ({sources.sources_dir()}) "
+            f"is empty; fill it with `tbgen deps fetch --triton-version 24.10` (or `tbgen deps add`), or "
+            f"{organization}"
+        )
+    return (
+        f"the {'/'.join(repos)} repository is not at hand (tbgen's cache holds core/common/backend only): "
+        f"{organization}"
+    )
 
 
 def _api_version(header_text: str, prefix: str) -> tuple[int, int]:
@@ -250,7 +266,10 @@ def test_api_versions_match_the_core_headers(release):
 
 @pytest.mark.parametrize("release", _releases_with("backend", "core", "common"))
 def test_min_cmake_is_the_highest_minimum_of_backend_core_and_common(release):
-    minimums = [_cmake_minimum(_read(repo, release.branch, "CMakeLists.txt")) for repo in ("backend", "core", "common")]
+    minimums = [
+        _cmake_minimum(_read(repo, release.branch, "CMakeLists.txt"))
+        for repo in ("backend", "core", "common")
+    ]
     assert _highest(minimums) == release.min_cmake
 
 
@@ -272,4 +291,5 @@ def test_newest_release_has_branches_in_core_common_and_backend(repo):
     branch = newest().branch
     assert _read(repo, branch, "CMakeLists.txt") is not None, (
         f"{repo} {branch} is neither in tbgen's source cache nor in ${sources.ORGANIZATION_VARIABLE} "
-        f"(cached: {', '.join(r.branch for r in _at_hand(repo))})")
+        f"(cached: {', '.join(r.branch for r in _at_hand(repo))})"
+    )

@@ -40,17 +40,26 @@ from triton_backend_gen.toolchain.ensure_built import build_and_check
 def build(
     project: Annotated[Path, typer.Argument(help="The project to build.")] = Path("."),
     gpu: Annotated[
-        Optional[bool], typer.Option("--gpu/--no-gpu", help="Build the CUDA path (default: the project's gpu answer).")
+        Optional[bool],
+        typer.Option("--gpu/--no-gpu", help="Build the CUDA path (default: the project's gpu answer)."),
     ] = None,
-    build_type: Annotated[str, typer.Option("--build-type", help="Release, Debug or RelWithDebInfo.")] = "Release",
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel jobs (default: CPUs).")] = None,
+    build_type: Annotated[
+        str, typer.Option("--build-type", help="Release, Debug or RelWithDebInfo.")
+    ] = "Release",
+    jobs: Annotated[
+        Optional[int], typer.Option("--jobs", "-j", min=1, help="Parallel jobs (default: CPUs).")
+    ] = None,
     clean: Annotated[bool, typer.Option("--clean", help="Remove the previous build first.")] = False,
     server: ServerPath = None,
     sanitize: SanitizeOption = None,
     docker: DockerOption = False,
     image: ImageOption = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Build what this model needs (nothing for "
-                                                 "a model of the python backend).")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model", "-m", help="Build what this model needs (nothing for a model of the python backend)."
+        ),
+    ] = None,
 ) -> None:
     """Configure, build and install the project's backend (or native extension), then check the library."""
     with user_errors(), _BuildProgress() as shown:
@@ -60,9 +69,18 @@ def build(
         if model is not None and loaded.model(model).backend == "python":
             say(f"Nothing to build for {model}: Triton's python backend serves it.")
             raise typer.Exit(0)
-        result = build_and_check(loaded, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean,
-                                               progress=shown.step, server=server, sanitize=sanitizers,
-                                               docker=docker, image=image)
+        result = build_and_check(
+            loaded,
+            gpu=gpu,
+            build_type=build_type,
+            jobs=jobs,
+            clean=clean,
+            progress=shown.step,
+            server=server,
+            sanitize=sanitizers,
+            docker=docker,
+            image=image,
+        )
     for text in result.warnings:
         warning(text)
     for text in result.notes:
@@ -79,8 +97,13 @@ class _BuildProgress:
     """A build's progress: a bar on a terminal; off it, a line at each quarter of the build tool's steps."""
 
     def __init__(self) -> None:
-        columns = (TextColumn("[bold]building[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}", markup=False))
+        columns = (
+            TextColumn("[bold]building[/bold]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}", markup=False),
+        )
         self.bar = Progress(*columns, console=console, transient=True) if on_terminal() else None
         self.task = self.bar.add_task("configuring", total=None) if self.bar is not None else None
         self.said = 0  # quarters said off a terminal
@@ -104,14 +127,28 @@ class _BuildProgress:
 
 @app.command()
 def check(
-    project: Annotated[Path, typer.Argument(help="A built C++ project, or a backend library (.so).")] = Path("."),
+    project: Annotated[Path, typer.Argument(help="A built C++ project, or a backend library (.so).")] = Path(
+        "."
+    ),
     server: ServerPath = None,
-    docker: Annotated[bool, typer.Option("--docker", help="Resolve the libraries it needs in a container of the "
-                                         "release's tritonserver image, as the server there loads it.")] = False,
+    docker: Annotated[
+        bool,
+        typer.Option(
+            "--docker",
+            help="Resolve the libraries it needs in a container of the "
+            "release's tritonserver image, as the server there loads it.",
+        ),
+    ] = False,
     image: ImageOption = None,
-    drift: Annotated[bool, typer.Option("--drift", help="Instead: which generated files you edited, and whether the "
-                                        "template or the Triton release is behind (exit 1: `tbgen update` is "
-                                        "due).")] = False,
+    drift: Annotated[
+        bool,
+        typer.Option(
+            "--drift",
+            help="Instead: which generated files you edited, and whether the "
+            "template or the Triton release is behind (exit 1: `tbgen update` is "
+            "due).",
+        ),
+    ] = False,
 ) -> None:
     """Check a built backend library: its exports, its imports against the server, its dependencies."""
     if drift:
@@ -120,10 +157,13 @@ def check(
     with user_errors():
         check_docker_options(docker, image, gpu=False)
         if docker and server is not None:
-            raise UsageError("--server names a local server; --docker checks in an image.", "Drop one of them.")
+            raise UsageError(
+                "--server names a local server; --docker checks in an image.", "Drop one of them."
+            )
         library_file = project.is_file() and project.suffix == ".so"
-        report = check_library(project if library_file else load_project(project), server=server, docker=docker,
-                               image=image)
+        report = check_library(
+            project if library_file else load_project(project), server=server, docker=docker, image=image
+        )
     say(report.subject + (f" against {report.against}" if report.against else ""))
     print_findings(report.findings)
     if report.errors:
@@ -134,15 +174,21 @@ def check(
 
 @app.command()
 def validate(
-    path: Annotated[Path, typer.Argument(help="A project, a model repository or one config.pbtxt.")] = Path("."),
+    path: Annotated[Path, typer.Argument(help="A project, a model repository or one config.pbtxt.")] = Path(
+        "."
+    ),
 ) -> None:
     """Validate every config.pbtxt under PATH with Triton's ModelConfig schema and semantic checks."""
     with user_errors():
         if not path.exists():
-            raise UsageError(f"{path} does not exist.", "Pass a project, a model repository or a config.pbtxt.")
+            raise UsageError(
+                f"{path} does not exist.", "Pass a project, a model repository or a config.pbtxt."
+            )
         configs = find_configs(path)
         if not configs:
-            raise UsageError(f"{path} holds no config.pbtxt.", "Pass a project, a model repository or a config.pbtxt.")
+            raise UsageError(
+                f"{path} holds no config.pbtxt.", "Pass a project, a model repository or a config.pbtxt."
+            )
         project = load_project_or_none(path if path.is_dir() else path.parent)
         findings = validate_tree(path, project, gpus_visible=gpus_visible())
     for finding in findings:

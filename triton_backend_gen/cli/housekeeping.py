@@ -23,10 +23,18 @@ from triton_backend_gen.toolchain import sources
 def templates_list() -> None:
     """Show the templates, their options and defaults."""
     for spec in list_templates():
-        records(f"{spec.name} {spec.version}: {spec.description}",
-                [Column("option"), Column("default"), Column("choices / type", wide=True)],
-                [(option.key, str(option.default),
-                  ", ".join(option.choices) if option.choices else option.kind.__name__) for option in spec.options])
+        records(
+            f"{spec.name} {spec.version}: {spec.description}",
+            [Column("option"), Column("default"), Column("choices / type", wide=True)],
+            [
+                (
+                    option.key,
+                    str(option.default),
+                    ", ".join(option.choices) if option.choices else option.kind.__name__,
+                )
+                for option in spec.options
+            ],
+        )
 
 
 @templates_app.command("check")
@@ -34,46 +42,88 @@ def templates_check(
     template: Annotated[
         Optional[list[str]], typer.Option("--template", "-t", help="Only these templates (repeatable).")
     ] = None,
-    build: Annotated[bool, typer.Option("--build", help="Also build each variant that has something to build "
-                                        "(C++ from the Triton source cache, native Python extensions).")] = False,
-    smoke: Annotated[bool, typer.Option("--smoke", help="Also build and run the smoke suite on each variant in a "
-                                        "real server.")] = False,
+    build: Annotated[
+        bool,
+        typer.Option(
+            "--build",
+            help="Also build each variant that has something to build "
+            "(C++ from the Triton source cache, native Python extensions).",
+        ),
+    ] = False,
+    smoke: Annotated[
+        bool,
+        typer.Option("--smoke", help="Also build and run the smoke suite on each variant in a real server."),
+    ] = False,
     triton_version: Annotated[
-        Optional[list[str]], typer.Option("--triton-version", help="Render the matrix for these releases "
-                                          "(repeatable; default: the server's with --smoke, else the newest).")
+        Optional[list[str]],
+        typer.Option(
+            "--triton-version",
+            help="Render the matrix for these releases "
+            "(repeatable; default: the server's with --smoke, else the newest).",
+        ),
     ] = None,
 ) -> None:
     """Render every template over its option matrix and check the results."""
     with user_errors():
         releases = [versions.resolve(v).container for v in triton_version or []]
-        report = check_templates(
-            template or None, build=build, smoke=smoke, releases=releases, progress=say)
+        report = check_templates(template or None, build=build, smoke=smoke, releases=releases, progress=say)
     for skipped in report.notes:
         say(f"{skipped.subject}: {skipped.message}", label="SKIP", style="yellow")
     for failure in report.errors:
         say(f"{failure.subject}: {failure.message}", label="FAIL", style="red")
     counts, failed, skipped = report.counts, len(report.errors), len(report.notes)
-    say(f"{counts['variants']} variants, {counts['files']} files, {failed} failures"
-        f"{f', {skipped} not built' if skipped else ''}", style="red" if failed else "green")
+    say(
+        f"{counts['variants']} variants, {counts['files']} files, {failed} failures"
+        f"{f', {skipped} not built' if skipped else ''}",
+        style="red" if failed else "green",
+    )
     raise typer.Exit(1 if failed else 0)
 
 
 @app.command("versions")
 def versions_() -> None:
     """Show the supported Triton releases and what each implies."""
-    records("Triton releases (newest is the default)",
-            [Column(c) for c in ("release", "branch", "server", "python", "CUDA", "backend API", "server API",
-                                 "CUDA archs", "CMake")],
-            [(r.container, r.branch, r.server_version, r.python, r.cuda, "%d.%d" % r.backend_api,
-              "%d.%d" % r.server_api, ";".join(r.cuda_architectures), f">= {r.min_cmake}") for r in versions.RELEASES])
+    records(
+        "Triton releases (newest is the default)",
+        [
+            Column(c)
+            for c in (
+                "release",
+                "branch",
+                "server",
+                "python",
+                "CUDA",
+                "backend API",
+                "server API",
+                "CUDA archs",
+                "CMake",
+            )
+        ],
+        [
+            (
+                r.container,
+                r.branch,
+                r.server_version,
+                r.python,
+                r.cuda,
+                "%d.%d" % r.backend_api,
+                "%d.%d" % r.server_api,
+                ";".join(r.cuda_architectures),
+                f">= {r.min_cmake}",
+            )
+            for r in versions.RELEASES
+        ],
+    )
 
 
 @app.command()
 def doctor(
     server: ServerPath = None,
     triton_version: Annotated[
-        Optional[str], typer.Option("--triton-version", help="Release to check for (default: the project's, else "
-                                    "the newest).")
+        Optional[str],
+        typer.Option(
+            "--triton-version", help="Release to check for (default: the project's, else the newest)."
+        ),
     ] = None,
 ) -> None:
     """Check what tbgen needs (CMake, compiler, Ninja, RapidJSON, googletest, nvcc, Triton's sources, servers,
@@ -81,10 +131,12 @@ def doctor(
     with user_errors():
         diagnoses = diagnose(server, project_here(), triton_version)
     colours = {OK: "green", FAIL: "red"}
-    records("What tbgen needs, and how to fix what is missing",
-            [Column("check"), Column("status"), Column("found", wide=True), Column("fix", wide=True)],
-            [(d.name, d.status, d.found, d.fix) for d in diagnoses],
-            styles=[colours.get(d.status, "yellow") for d in diagnoses])
+    records(
+        "What tbgen needs, and how to fix what is missing",
+        [Column("check"), Column("status"), Column("found", wide=True), Column("fix", wide=True)],
+        [(d.name, d.status, d.found, d.fix) for d in diagnoses],
+        styles=[colours.get(d.status, "yellow") for d in diagnoses],
+    )
     failed = [d.name for d in diagnoses if d.failed]
     if failed:
         say(f"Missing what tbgen requires: {', '.join(failed)}; run the fix shown for each.", style="red")
@@ -95,21 +147,33 @@ def doctor(
 def deps_fetch(
     triton_version: ReleaseOption = None,
     organization: Annotated[
-        Optional[str], typer.Option("--organization", help="URL or directory holding core.git, common.git and "
-                                    "backend.git (default: $TRITON_REPO_ORGANIZATION, else Triton's GitHub).")
+        Optional[str],
+        typer.Option(
+            "--organization",
+            help="URL or directory holding core.git, common.git and "
+            "backend.git (default: $TRITON_REPO_ORGANIZATION, else Triton's GitHub).",
+        ),
     ] = None,
     googletest_url: Annotated[
-        Optional[str], typer.Option("--googletest-url", help="A mirror of the googletest archive common asks for.")
+        Optional[str],
+        typer.Option("--googletest-url", help="A mirror of the googletest archive common asks for."),
     ] = None,
-    googletest: Annotated[bool, typer.Option("--googletest/--no-googletest", help="Also fetch googletest.")] = True,
+    googletest: Annotated[
+        bool, typer.Option("--googletest/--no-googletest", help="Also fetch googletest.")
+    ] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace a cached release.")] = False,
 ) -> None:
     """Clone core, common and backend at the release branch (and googletest) into tbgen's cache."""
     with user_errors():
         release = release_option(triton_version)
-        entry = sources.fetch_sources(release, organization=organization, force=force,
-                                                         googletest=googletest, googletest_url=googletest_url,
-                                                         progress=say)
+        entry = sources.fetch_sources(
+            release,
+            organization=organization,
+            force=force,
+            googletest=googletest,
+            googletest_url=googletest_url,
+            progress=say,
+        )
     say(f"{release.branch} in {entry}", label="Cached", style="green")
 
 
@@ -132,20 +196,36 @@ def deps_list() -> None:
     entries = sources.list_sources()
     repositories, googletest = sources.REPOSITORIES, sources.GOOGLETEST
     if not entries:
-        say(f"No Triton sources cached in {sources.sources_dir()}. Fill it with `tbgen deps fetch` (online), or "
-            "register sources you have (`tbgen deps add --help`).")
+        say(
+            f"No Triton sources cached in {sources.sources_dir()}. Fill it with `tbgen deps fetch` (online), or "
+            "register sources you have (`tbgen deps add --help`)."
+        )
         return
-    records(f"Triton sources in {sources.sources_dir()}",
-            [Column(c) for c in ("release", *repositories, googletest, "complete")],
-            [(entry.branch, *(entry.repositories.get(name) or "missing" for name in repositories),
-              entry.repositories.get(googletest) or "system", "yes" if entry.complete else "no") for entry in entries],
-            styles=["" if entry.complete else "red" for entry in entries])
+    records(
+        f"Triton sources in {sources.sources_dir()}",
+        [Column(c) for c in ("release", *repositories, googletest, "complete")],
+        [
+            (
+                entry.branch,
+                *(entry.repositories.get(name) or "missing" for name in repositories),
+                entry.repositories.get(googletest) or "system",
+                "yes" if entry.complete else "no",
+            )
+            for entry in entries
+        ],
+        styles=["" if entry.complete else "red" for entry in entries],
+    )
 
 
 @app.command()
 def clean(
-    containers: Annotated[bool, typer.Option("--containers", help="Stop and remove every container with tbgen's "
-                                             "label (left behind by a killed tbgen).")] = False,
+    containers: Annotated[
+        bool,
+        typer.Option(
+            "--containers",
+            help="Stop and remove every container with tbgen's label (left behind by a killed tbgen).",
+        ),
+    ] = False,
 ) -> None:
     """Remove what tbgen left behind."""
     with user_errors():

@@ -56,8 +56,14 @@ def wrap(text: str, width: int, indent: str = "", first_indent: str = "") -> lis
     lines: list[str] = []
     for paragraph in text.splitlines() or [""]:
         glued = _COMMAND.sub(lambda match: match.group(0).replace(" ", _GLUE), paragraph)
-        wrapped = textwrap.wrap(glued, width=width, initial_indent=first_indent if not lines else indent,
-                                subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+        wrapped = textwrap.wrap(
+            glued,
+            width=width,
+            initial_indent=first_indent if not lines else indent,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
         lines += [line.replace(_GLUE, " ") for line in wrapped] or [indent.rstrip()]
     return lines
 
@@ -69,7 +75,9 @@ def say(text: str, *, style: str = "", label: str = "", target: Console = consol
         for line in wrap(f"{label} {text}" if label else text, target.width, indent="  "):
             target.print(line, markup=False, soft_wrap=True)
     elif label:
-        target.print(f"[{style}]{escape(label)}[/] {escape(text)}" if style else f"{escape(label)} {escape(text)}")
+        target.print(
+            f"[{style}]{escape(label)}[/] {escape(text)}" if style else f"{escape(label)} {escape(text)}"
+        )
     else:
         target.print(f"[{style}]{escape(text)}[/]" if style else escape(text))
 
@@ -96,8 +104,9 @@ class Column:
     justify: str = "left"
 
 
-def records(title: str, columns: Sequence[Column], rows: Iterable[Sequence[str]],
-            styles: Sequence[str] = ()) -> None:
+def records(
+    title: str, columns: Sequence[Column], rows: Iterable[Sequence[str]], styles: Sequence[str] = ()
+) -> None:
     """Rows of plain text (never markup): a Rich table on a terminal; off it, per row one line of its narrow
     fields joined by two spaces and each wide field wrapped beneath it. ``styles``: a Rich style per row."""
     rows = list(rows)
@@ -106,7 +115,9 @@ def records(title: str, columns: Sequence[Column], rows: Iterable[Sequence[str]]
         for column in columns:
             table.add_column(column.title, justify=column.justify)  # type: ignore[arg-type]
         for index, row in enumerate(rows):
-            table.add_row(*(escape(cell) for cell in row), style=styles[index] if index < len(styles) else None)
+            table.add_row(
+                *(escape(cell) for cell in row), style=styles[index] if index < len(styles) else None
+            )
         console.print(table)
         return
     if title:

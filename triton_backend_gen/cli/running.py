@@ -61,21 +61,37 @@ def serve(
     image: ImageOption = None,
     gpu: GpuRequestOption = False,
     instance_kind: InstanceKindOption = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Load only this model and the models it "
-                                                 "calls (tbgen.toml's calls).")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model", "-m", help="Load only this model and the models it calls (tbgen.toml's calls)."
+        ),
+    ] = None,
 ) -> None:
     """Start Triton on the project's model repository until Ctrl-C."""
     with user_errors(), stop_on_signals():
         check_docker_options(docker, image, gpu)
         target = load_project_or_none(project) or project
         if model is not None and not isinstance(target, Project):
-            raise UsageError("--model picks a model of a tbgen project.", "Run it in a project, or drop --model.")
+            raise UsageError(
+                "--model picks a model of a tbgen project.", "Run it in a project, or drop --model."
+            )
         only = target.needed_by(target.model(model).name) if model is not None else []
         triton = start_server(
-            target, server=server, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-            host=host, verbose=verbose, docker=docker, image=image, gpu=gpu,
+            target,
+            server=server,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            host=host,
+            verbose=verbose,
+            docker=docker,
+            image=image,
+            gpu=gpu,
             instance_kind=instance_kind_option(instance_kind),
-            extra_args=("--model-control-mode=explicit", *(f"--load-model={name}" for name in only)) if only else (),
+            extra_args=("--model-control-mode=explicit", *(f"--load-model={name}" for name in only))
+            if only
+            else (),
         )
         with triton:
             _print_server(triton, target if isinstance(target, Project) else None, verbose)
@@ -97,23 +113,36 @@ def _wait_while_running(triton, follow_log: bool) -> None:
                 console.out(chunk, end="", highlight=False)
         time.sleep(0.2)
     raise ServerError(
-        "tritonserver exited on its own.", "Its log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}"
+        "tritonserver exited on its own.",
+        "Its log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
     )
 
 
 def _print_server(triton, project: Project | None, verbose: bool) -> None:
     print_notes(triton, project, verbose)
     say(triton.describe())
-    records("Endpoints", [Column("protocol"), Column("address")],
-            [("HTTP", triton.http_url), ("gRPC", triton.grpc_url), ("metrics", f"http://{triton.metrics_url}/metrics")])
+    records(
+        "Endpoints",
+        [Column("protocol"), Column("address")],
+        [
+            ("HTTP", triton.http_url),
+            ("gRPC", triton.grpc_url),
+            ("metrics", f"http://{triton.metrics_url}/metrics"),
+        ],
+    )
     states = triton.model_states()
-    records("Models", [Column("model"), Column("version"), Column("state"), Column("reason", wide=True)],
-            [(m.name, m.version, m.state or "not loaded", m.reason) for m in states],
-            styles=["green" if m.state == "READY" else "red" for m in states])
+    records(
+        "Models",
+        [Column("model"), Column("version"), Column("state"), Column("reason", wide=True)],
+        [(m.name, m.version, m.state or "not loaded", m.reason) for m in states],
+        styles=["green" if m.state == "READY" else "red" for m in states],
+    )
     for model in project.models if project is not None else ():
         if model.metrics:
-            say(f"Custom metrics of {model.name}: {', '.join(model.metrics)} "
-                f"(`curl -s http://{triton.metrics_url}/metrics | grep {model.metrics[0]}`)")
+            say(
+                f"Custom metrics of {model.name}: {', '.join(model.metrics)} "
+                f"(`curl -s http://{triton.metrics_url}/metrics | grep {model.metrics[0]}`)"
+            )
     say(f"Log: {triton.log_file}")
 
 
@@ -121,18 +150,30 @@ def _print_server(triton, project: Project | None, verbose: bool) -> None:
 def test_(
     project: Annotated[Path, typer.Argument(help="The project to test.")] = Path("."),
     server: ServerPath = None,
-    junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")] = None,
-    fuzz: Annotated[int, typer.Option("--fuzz", min=0, help="Also send N randomised malformed requests.")] = 0,
+    junit_xml: Annotated[
+        Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")
+    ] = None,
+    fuzz: Annotated[
+        int, typer.Option("--fuzz", min=0, help="Also send N randomised malformed requests.")
+    ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the fuzzer.")] = 0,
     sanitize: SanitizeOption = None,
     docker: DockerOption = False,
     image: ImageOption = None,
     gpu: GpuRequestOption = False,
-    packaged: Annotated[bool, typer.Option("--packaged", help="With --docker --image: test the image as it is "
-                                           "(an image made by `tbgen package`; nothing built or mounted).")] = False,
+    packaged: Annotated[
+        bool,
+        typer.Option(
+            "--packaged",
+            help="With --docker --image: test the image as it is "
+            "(an image made by `tbgen package`; nothing built or mounted).",
+        ),
+    ] = False,
     instance_kind: InstanceKindOption = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Test this model only (default: every "
-                                                 "model tbgen.toml lists).")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option("--model", "-m", help="Test this model only (default: every model tbgen.toml lists)."),
+    ] = None,
     quiet: QuietOption = False,
     verbose: VerboseNotesOption = False,
 ) -> None:
@@ -140,14 +181,27 @@ def test_(
     with user_errors():
         check_docker_options(docker, image, gpu)
         if packaged and not (docker and image):
-            raise UsageError("--packaged tests an image made by `tbgen package`.", "Add --docker --image TAG.")
+            raise UsageError(
+                "--packaged tests an image made by `tbgen package`.", "Add --docker --image TAG."
+            )
         sanitizers = parse_sanitizers(sanitize)
         kind = instance_kind_option(instance_kind)
         loaded = load_project(project)
         with TestProgress(quiet) as shown:
             report = run_project_tests(
-                loaded, server=server, fuzz=fuzz, seed=seed, sanitize=sanitizers, docker=docker, image=image,
-                gpu=gpu, packaged=packaged, instance_kind=kind, model=model, progress=shown)
+                loaded,
+                server=server,
+                fuzz=fuzz,
+                seed=seed,
+                sanitize=sanitizers,
+                docker=docker,
+                image=image,
+                gpu=gpu,
+                packaged=packaged,
+                instance_kind=kind,
+                model=model,
+                progress=shown,
+            )
     report_tests(report, junit_xml, quiet=quiet, verbose=verbose, streamed=True)
 
 
@@ -159,8 +213,17 @@ class TestProgress(SuiteProgress):
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self.live = on_terminal()
-        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
-                            console=console, transient=True) if self.live else None
+        self.bar = (
+            Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}", markup=False),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            if self.live
+            else None
+        )
         self.task = None
         self.count = 0
 
@@ -179,8 +242,10 @@ class TestProgress(SuiteProgress):
             say(f"... {text}")
 
     def check(self, check: SmokeCheck) -> None:
-        self._show(f"check {self.count + 1}: {check.name} [{check.protocol}]" + (f": {check.waits}" if check.waits
-                                                                                 else ""))
+        self._show(
+            f"check {self.count + 1}: {check.name} [{check.protocol}]"
+            + (f": {check.waits}" if check.waits else "")
+        )
         if check.waits and not self.live and not self.quiet:
             say(f"... {check.name}: {check.waits}")
 
@@ -205,8 +270,9 @@ def _print_result(result) -> None:
         console.print(line, markup=False, soft_wrap=True)
 
 
-def report_tests(report, junit_xml: Path | None, *, quiet: bool = False, verbose: bool = False,
-                  streamed: bool = False) -> None:
+def report_tests(
+    report, junit_xml: Path | None, *, quiet: bool = False, verbose: bool = False, streamed: bool = False
+) -> None:
     """Print a test run's results (unless ``streamed`` off a terminal already) and write them as JUnit XML;
     exit 1 unless every check passed."""
     if quiet:
@@ -216,27 +282,53 @@ def report_tests(report, junit_xml: Path | None, *, quiet: bool = False, verbose
         print_notes(report, report.project, verbose)
     shown = [r for r in report.results if not quiet or not r.passed]
     if on_terminal() and shown:
-        records(f"{report.project.name}: smoke tests against {report.server}",
-                [Column("check"), Column("protocol"), Column("result"), Column("detail", wide=True),
-                 Column("seconds", justify="right")],
-                [(r.name, r.protocol, "pass" if r.passed else "FAIL", r.detail, f"{r.seconds:.2f}") for r in shown],
-                styles=["" if r.passed else "red" for r in shown])
+        records(
+            f"{report.project.name}: smoke tests against {report.server}",
+            [
+                Column("check"),
+                Column("protocol"),
+                Column("result"),
+                Column("detail", wide=True),
+                Column("seconds", justify="right"),
+            ],
+            [
+                (r.name, r.protocol, "pass" if r.passed else "FAIL", r.detail, f"{r.seconds:.2f}")
+                for r in shown
+            ],
+            styles=["" if r.passed else "red" for r in shown],
+        )
     elif not streamed:
         for result in shown:
             _print_result(result)
     if len(report.statistics) > 1 and not quiet:
-        records("the server's statistics of each model",
-                [Column(c, justify="right" if c != "model" else "left") for c in
-                 ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us")],
-                [(s.name, str(s.success), str(s.failed), str(s.inferences), str(s.executions), f"{s.queue_us:.0f}",
-                  f"{s.compute_us:.0f}") for s in report.statistics])
+        records(
+            "the server's statistics of each model",
+            [
+                Column(c, justify="right" if c != "model" else "left")
+                for c in ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us")
+            ],
+            [
+                (
+                    s.name,
+                    str(s.success),
+                    str(s.failed),
+                    str(s.inferences),
+                    str(s.executions),
+                    f"{s.queue_us:.0f}",
+                    f"{s.compute_us:.0f}",
+                )
+                for s in report.statistics
+            ],
+        )
     if junit_xml:
         write_junit_xml(report.results, junit_xml, suite=report.project.name)
         if not quiet:
             say(f"JUnit XML: {junit_xml}")
     failed = sum(not r.passed for r in report.results)
-    say(f"{len(report.results) - failed} passed, {failed} failed  (server log: {report.log_file})",
-        style="red" if failed else "green")
+    say(
+        f"{len(report.results) - failed} passed, {failed} failed  (server log: {report.log_file})",
+        style="red" if failed else "green",
+    )
     raise typer.Exit(1 if failed or not report.results else 0)
 
 
@@ -244,33 +336,65 @@ def report_tests(report, junit_xml: Path | None, *, quiet: bool = False, verbose
 def infer(
     model: Annotated[str, typer.Argument(help="Model name.")],
     input_: Annotated[
-        Optional[list[str]], typer.Option("--input", "-i", help="NAME=FILE.npy or NAME=JSON (repeatable); "
-                                          "inputs not given come from the project's reference.py.")
+        Optional[list[str]],
+        typer.Option(
+            "--input",
+            "-i",
+            help="NAME=FILE.npy or NAME=JSON (repeatable); "
+            "inputs not given come from the project's reference.py.",
+        ),
     ] = None,
-    project: Annotated[Path, typer.Option("--project", help="The project whose server to start.")] = Path("."),
-    url: Annotated[Optional[str], typer.Option("--url", help="Use a running server (HTTP host:port) instead.")] = None,
+    project: Annotated[Path, typer.Option("--project", help="The project whose server to start.")] = Path(
+        "."
+    ),
+    url: Annotated[
+        Optional[str], typer.Option("--url", help="Use a running server (HTTP host:port) instead.")
+    ] = None,
     server: ServerPath = None,
     instance_kind: InstanceKindOption = None,
-    param: Annotated[Optional[list[str]], typer.Option(
-        "--param", "-p", help="KEY=VALUE request parameter (repeatable; true/false and integers are typed).")] = None,
-    sequence_id: Annotated[Optional[str], typer.Option(
-        "--sequence-id", help="Correlation ID of a sequence model's request (default: a sequence of its own).")] = None,
-    start: Annotated[bool, typer.Option("--start/--no-start", help="With --sequence-id: the request starts its "
-                                        "sequence.")] = True,
-    end: Annotated[bool, typer.Option("--end/--no-end", help="With --sequence-id: the request ends its "
-                                      "sequence.")] = True,
+    param: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--param",
+            "-p",
+            help="KEY=VALUE request parameter (repeatable; true/false and integers are typed).",
+        ),
+    ] = None,
+    sequence_id: Annotated[
+        Optional[str],
+        typer.Option(
+            "--sequence-id",
+            help="Correlation ID of a sequence model's request (default: a sequence of its own).",
+        ),
+    ] = None,
+    start: Annotated[
+        bool, typer.Option("--start/--no-start", help="With --sequence-id: the request starts its sequence.")
+    ] = True,
+    end: Annotated[
+        bool, typer.Option("--end/--no-end", help="With --sequence-id: the request ends its sequence.")
+    ] = True,
     verbose: VerboseNotesOption = False,
 ) -> None:
     """Send one request and print the outputs (and the response's parameters)."""
     with user_errors():
         sequencing = Sequencing(
-            None if sequence_id is None else int(sequence_id) if sequence_id.isdigit() else sequence_id, start, end)
+            None if sequence_id is None else int(sequence_id) if sequence_id.isdigit() else sequence_id,
+            start,
+            end,
+        )
         loaded = load_project_or_none(project)
         outputs = infer_once(
-            model, input_ or [], project=loaded, url=url, server=server,
-            instance_kind=instance_kind_option(instance_kind), param_options=param or [], sequencing=sequencing,
+            model,
+            input_ or [],
+            project=loaded,
+            url=url,
+            server=server,
+            instance_kind=instance_kind_option(instance_kind),
+            param_options=param or [],
+            sequencing=sequencing,
             on_parameters=lambda parameters: say(json.dumps(parameters), label="parameters", style="bold"),
-            on_server=lambda triton: print_notes(triton, loaded, verbose))
+            on_server=lambda triton: print_notes(triton, loaded, verbose),
+        )
     for name, array in outputs.items():
         say(f"{array.dtype} {list(array.shape)}", label=name, style="bold")
         console.print(escape(str(array)), highlight=False)
@@ -279,18 +403,38 @@ def infer(
 @app.command()
 def bench(
     project: Annotated[Path, typer.Argument(help="The project whose model to load.")] = Path("."),
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model (default: the project's first).")] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", "-m", help="Model (default: the project's first).")
+    ] = None,
     protocol: Annotated[str, typer.Option("--protocol", help="grpc or http.")] = "grpc",
-    concurrency: Annotated[str, typer.Option("--concurrency", help="Concurrency levels, comma-separated.")] = "1,8,32",
-    duration: Annotated[str, typer.Option("--duration", help="Measurement time per level: 10s, 500ms, 2m.")] = "10s",
+    concurrency: Annotated[
+        str, typer.Option("--concurrency", help="Concurrency levels, comma-separated.")
+    ] = "1,8,32",
+    duration: Annotated[
+        str, typer.Option("--duration", help="Measurement time per level: 10s, 500ms, 2m.")
+    ] = "10s",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Batch size of each request.")] = 1,
-    tool: Annotated[str, typer.Option("--tool", help="auto (perf_analyzer when found), perf_analyzer or builtin "
-                                      "(tbgen's asyncio gRPC generator).")] = "auto",
-    url: Annotated[Optional[str], typer.Option("--url", help="A running server (HTTP host:port; gRPC on the next "
-                                               "port, or give HTTP,GRPC) instead of starting one.")] = None,
+    tool: Annotated[
+        str,
+        typer.Option(
+            "--tool",
+            help="auto (perf_analyzer when found), perf_analyzer or builtin "
+            "(tbgen's asyncio gRPC generator).",
+        ),
+    ] = "auto",
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="A running server (HTTP host:port; gRPC on the next "
+            "port, or give HTTP,GRPC) instead of starting one.",
+        ),
+    ] = None,
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON.")] = None,
-    compare_with: Annotated[Optional[Path], typer.Option("--compare", help="A report of an earlier run (--json): "
-                                                         "print this run's ratios to it.")] = None,
+    compare_with: Annotated[
+        Optional[Path],
+        typer.Option("--compare", help="A report of an earlier run (--json): print this run's ratios to it."),
+    ] = None,
     server: ServerPath = None,
     instance_kind: InstanceKindOption = None,
 ) -> None:
@@ -299,26 +443,66 @@ def bench(
         levels, seconds = parse_concurrency(concurrency), parse_duration(duration)
         other = BenchReport.read(compare_with) if compare_with else None
         report = run_bench(
-            load_project(project), model=model, protocol=protocol, concurrency=levels, seconds=seconds,
-            batch_size=batch_size, tool=tool, url=url, server=server, instance_kind=instance_kind_option(instance_kind),
-            progress=say)
+            load_project(project),
+            model=model,
+            protocol=protocol,
+            concurrency=levels,
+            seconds=seconds,
+            batch_size=batch_size,
+            tool=tool,
+            url=url,
+            server=server,
+            instance_kind=instance_kind_option(instance_kind),
+            progress=say,
+        )
     decoupled = any(level.responses_per_s for level in report.levels)
-    columns = ["conc", "infer/s", *(["resp/s"] if decoupled else []), "p50", "p90", "p99", "queue", "compute",
-               "client CPU", "server CPU", "errors"]
-    records(f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against {report.server}",
-            [Column(column, justify="right") for column in columns],
-            [(str(level.concurrency), f"{level.throughput:,.1f}",
-              *([f"{level.responses_per_s:,.1f}"] if decoupled else []),
-              f"{level.p50_us:,.0f}", f"{level.p90_us:,.0f}", f"{level.p99_us:,.0f}",
-              f"{level.server_queue_us:,.1f}", f"{level.server_compute_us:,.1f}",
-              f"{level.client_cpu:.0%}", f"{level.server_cpu:.0%}", str(level.errors)) for level in report.levels])
-    say("Latencies (p50-p99) and the server's queue and compute times per request in microseconds; CPU: share of "
-        "one core over the level (client and server share this machine's cores).", style="dim")
+    columns = [
+        "conc",
+        "infer/s",
+        *(["resp/s"] if decoupled else []),
+        "p50",
+        "p90",
+        "p99",
+        "queue",
+        "compute",
+        "client CPU",
+        "server CPU",
+        "errors",
+    ]
+    records(
+        f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against {report.server}",
+        [Column(column, justify="right") for column in columns],
+        [
+            (
+                str(level.concurrency),
+                f"{level.throughput:,.1f}",
+                *([f"{level.responses_per_s:,.1f}"] if decoupled else []),
+                f"{level.p50_us:,.0f}",
+                f"{level.p90_us:,.0f}",
+                f"{level.p99_us:,.0f}",
+                f"{level.server_queue_us:,.1f}",
+                f"{level.server_compute_us:,.1f}",
+                f"{level.client_cpu:.0%}",
+                f"{level.server_cpu:.0%}",
+                str(level.errors),
+            )
+            for level in report.levels
+        ],
+    )
+    say(
+        "Latencies (p50-p99) and the server's queue and compute times per request in microseconds; CPU: share of "
+        "one core over the level (client and server share this machine's cores).",
+        style="dim",
+    )
     if json_file:
         report.write(json_file)
         say(f"JSON: {json_file}")
     if other is not None:
-        records(f"This run / {compare_with}",
-                [Column(c, justify="right") for c in ("concurrency", "throughput", "p50 latency", "p99 latency")],
-                [(str(r.concurrency), f"{r.throughput:.2f}x", f"{r.p50:.2f}x", f"{r.p99:.2f}x")
-                 for r in compare(report, other)])
+        records(
+            f"This run / {compare_with}",
+            [Column(c, justify="right") for c in ("concurrency", "throughput", "p50 latency", "p99 latency")],
+            [
+                (str(r.concurrency), f"{r.throughput:.2f}x", f"{r.p50:.2f}x", f"{r.p99:.2f}x")
+                for r in compare(report, other)
+            ],
+        )

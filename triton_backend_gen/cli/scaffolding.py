@@ -43,7 +43,9 @@ class RichPrompter:
         if option.kind is bool:
             return Confirm.ask(option.help, default=bool(default), console=console)
         if option.choices:
-            return Prompt.ask(option.help, choices=list(option.choices), default=str(default), console=console)
+            return Prompt.ask(
+                option.help, choices=list(option.choices), default=str(default), console=console
+            )
         return Prompt.ask(option.help, default=str(default), console=console)
 
     def show_error(self, error: AnswerError) -> None:
@@ -74,7 +76,8 @@ class RichPrompter:
 def new(
     path: Annotated[Path, typer.Argument(help="Project directory to create; its name is the project name.")],
     template: Annotated[
-        Optional[str], typer.Option("--template", "-t", help="cpp-backend, python-backend or decoupled-backend.")
+        Optional[str],
+        typer.Option("--template", "-t", help="cpp-backend, python-backend or decoupled-backend."),
     ] = None,
     set_: Annotated[
         Optional[list[str]], typer.Option("--set", help="Set any answer: --set key=value (repeatable).")
@@ -84,37 +87,65 @@ def new(
         Optional[str], typer.Option("--triton-version", help="Target release: 24.10, r24.10 or 2.51.0.")
     ] = None,
     backend_name: Annotated[Optional[str], typer.Option("--backend-name", help="Backend name.")] = None,
-    model_name: Annotated[Optional[str], typer.Option("--model-name", help="Name of the example model.")] = None,
-    framework: Annotated[Optional[str], typer.Option(
-        "--framework", help="cpp-backend: wrap an inference library, libtorch (model.pt) or opencv-dnn (model.onnx).")
+    model_name: Annotated[
+        Optional[str], typer.Option("--model-name", help="Name of the example model.")
+    ] = None,
+    framework: Annotated[
+        Optional[str],
+        typer.Option(
+            "--framework",
+            help="cpp-backend: wrap an inference library, libtorch (model.pt) or opencv-dnn (model.onnx).",
+        ),
     ] = None,
     answers_file: Annotated[
-        Optional[Path], typer.Option("--answers", help="Answers from a file: a project's tbgen.toml, or TOML/JSON.")
+        Optional[Path],
+        typer.Option("--answers", help="Answers from a file: a project's tbgen.toml, or TOML/JSON."),
     ] = None,
     pattern: PatternOption = None,
     inputs: Annotated[
-        Optional[list[str]], typer.Option("--input", help="A model input NAME:DTYPE:DIMS[:optional], e.g. "
-                                          "IMG:FP16:3,224,224 (repeatable; give --output too).")
+        Optional[list[str]],
+        typer.Option(
+            "--input",
+            help="A model input NAME:DTYPE:DIMS[:optional], e.g. "
+            "IMG:FP16:3,224,224 (repeatable; give --output too).",
+        ),
     ] = None,
     outputs: Annotated[
-        Optional[list[str]], typer.Option("--output", help="A model output NAME:DTYPE:DIMS, e.g. SCORES:FP32:-1 "
-                                          "(repeatable).")
+        Optional[list[str]],
+        typer.Option("--output", help="A model output NAME:DTYPE:DIMS, e.g. SCORES:FP32:-1 (repeatable)."),
     ] = None,
     from_config: Annotated[
-        Optional[Path], typer.Option("--from-config", help="Serve the signature of this model configuration "
-                                     "(a config.pbtxt, any file name): name, tensors, batching, instance groups.")
+        Optional[Path],
+        typer.Option(
+            "--from-config",
+            help="Serve the signature of this model configuration "
+            "(a config.pbtxt, any file name): name, tensors, batching, instance groups.",
+        ),
     ] = None,
     no_input: Annotated[bool, typer.Option("--no-input", help="Never prompt; take defaults.")] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Render into an existing directory, overwriting template files only.")
+        bool,
+        typer.Option("--force", help="Render into an existing directory, overwriting template files only."),
     ] = False,
 ) -> None:
     """Create a backend project from a template."""
     with user_errors():
-        flags = {"gpu": gpu, "triton_version": triton_version, "backend_name": backend_name, "model_name": model_name,
-                 "framework": framework, "pattern": pattern}
-        given = given_answers(answers_file=answers_file, flags=flags, sets=set_ or [], inputs=inputs or [],
-                              outputs=outputs or [], from_config=from_config)
+        flags = {
+            "gpu": gpu,
+            "triton_version": triton_version,
+            "backend_name": backend_name,
+            "model_name": model_name,
+            "framework": framework,
+            "pattern": pattern,
+        }
+        given = given_answers(
+            answers_file=answers_file,
+            flags=flags,
+            sets=set_ or [],
+            inputs=inputs or [],
+            outputs=outputs or [],
+            from_config=from_config,
+        )
         interactive = not no_input and sys.stdin.isatty()
         template = template or given.pop("template", None) or _ask_template(interactive)
         given.pop("template", None)
@@ -152,14 +183,25 @@ def _ask_template(interactive: bool) -> str:
 @app.command()
 def update(
     project: ProjectOption = Path("."),
-    triton_version: Annotated[Optional[str], typer.Option(
-        "--triton-version", help="The release to move to: 26.02, r26.02 or 2.67.0 (default: the newest).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Change an answer: --set key=value "
-                                                       "(repeatable).")] = None,
-    template_version: Annotated[Optional[str], typer.Option(
-        "--template-version", help="The template version to move to (this tbgen ships one per template).")] = None,
+    triton_version: Annotated[
+        Optional[str],
+        typer.Option(
+            "--triton-version", help="The release to move to: 26.02, r26.02 or 2.67.0 (default: the newest)."
+        ),
+    ] = None,
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", help="Change an answer: --set key=value (repeatable).")
+    ] = None,
+    template_version: Annotated[
+        Optional[str],
+        typer.Option(
+            "--template-version", help="The template version to move to (this tbgen ships one per template)."
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Run on a git work tree with uncommitted changes.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Run on a git work tree with uncommitted changes.")
+    ] = False,
 ) -> None:
     """Move a project to a newer release or template, or other answers, keeping your edits (a 3-way merge with
     what tbgen generated). Exit 1 when conflicts are left to resolve."""
@@ -167,9 +209,12 @@ def update(
         loaded = load_project(project)
         if not dry_run and not force:
             updating.check_clean(loaded.root)
-        plan = updating.plan_project_update(loaded, triton_version=triton_version,
-                                            settings=parse_set_options(set_ or []),
-                                            template_version=template_version)
+        plan = updating.plan_project_update(
+            loaded,
+            triton_version=triton_version,
+            settings=parse_set_options(set_ or []),
+            template_version=template_version,
+        )
         if plan.reconstructed:
             note(updating.RECONSTRUCTED_NOTE)
         _print_update_plan(plan, dry_run)
@@ -178,43 +223,55 @@ def update(
         updating.update_project(plan)
         _print_release_changes(plan.old_release, plan.new_release)
     if plan.conflicts:
-        say(f"{len(plan.conflicts)} file(s) with conflicts (between <<<<<<< yours and >>>>>>> markers): edit "
+        say(
+            f"{len(plan.conflicts)} file(s) with conflicts (between <<<<<<< yours and >>>>>>> markers): edit "
             "each to keep what you want and remove the markers, then check with "
             f"`grep -n '^<<<<<<<' {' '.join(c.path for c in plan.conflicts)}`, `tbgen build{path_argument(loaded)}` "
-            f"and `tbgen test{path_argument(loaded)}`.", style="red")
+            f"and `tbgen test{path_argument(loaded)}`.",
+            style="red",
+        )
         raise typer.Exit(1)
     say(f"Next: `tbgen build{path_argument(loaded)}`, then `tbgen test{path_argument(loaded)}`")
 
 
 def _print_update_plan(plan: Any, dry_run: bool) -> None:
     old, new = plan.base.recipe, plan.new.recipe
-    what = (f"{plan.project.name}: {old.template} {old.template_version} at r{old.triton_version} -> "
-            f"{new.template_version} at r{new.triton_version}")
+    what = (
+        f"{plan.project.name}: {old.template} {old.template_version} at r{old.triton_version} -> "
+        f"{new.template_version} at r{new.triton_version}"
+    )
     if not plan.changes:
         say(f"{what}: up to date, nothing to change.")
         return
     colours = {"replaced": "green", "merged": "cyan", "added": "green", "conflict": "red"}
-    records(f"{'Would update' if dry_run else 'Updated'} {what}:",
-            [Column("file"), Column("action"), Column("note", wide=True)],
-            [(change.path, change.action, change.note) for change in plan.changes],
-            styles=[colours.get(change.action, "yellow") for change in plan.changes])
+    records(
+        f"{'Would update' if dry_run else 'Updated'} {what}:",
+        [Column("file"), Column("action"), Column("note", wide=True)],
+        [(change.path, change.action, change.note) for change in plan.changes],
+        styles=[colours.get(change.action, "yellow") for change in plan.changes],
+    )
 
 
 def _print_release_changes(old: versions.Release, new: versions.Release) -> None:
     changes = versions.release_changes(old, new)
     if not changes:
         return
-    records(f"What changed from {old.container} to {new.container} for a backend",
-            [Column(""), Column(old.container), Column(new.container), Column("what to do", wide=True)],
-            [(change.what, change.old, change.new, change.action) for change in changes])
+    records(
+        f"What changed from {old.container} to {new.container} for a backend",
+        [Column(""), Column(old.container), Column(new.container), Column("what to do", wide=True)],
+        [(change.what, change.old, change.new, change.action) for change in changes],
+    )
 
 
 def check_drift(project: Path, other_options: bool) -> None:
     """`tbgen check --drift`: edited generated files; whether the template or the release is behind (exit 1)."""
     with user_errors():
         if other_options:
-            raise UsageError("--drift compares the project with what tbgen generates; --server, --docker and --image "
-                             "check a built library.", "Run them as two commands.")
+            raise UsageError(
+                "--drift compares the project with what tbgen generates; --server, --docker and --image "
+                "check a built library.",
+                "Run them as two commands.",
+            )
         loaded = load_project(project)
         report = updating.drift(loaded)
     if report.reconstructed:
@@ -226,12 +283,16 @@ def check_drift(project: Path, other_options: bool) -> None:
         say("Every generated file is as tbgen wrote it.")
     recorded, shipped = report.template
     if report.template_behind:
-        say(f"template: {recorded} generated it; tbgen ships {shipped}, which renders "
-            f"{len(report.template_changed)} file(s) otherwise: update due")
+        say(
+            f"template: {recorded} generated it; tbgen ships {shipped}, which renders "
+            f"{len(report.template_changed)} file(s) otherwise: update due"
+        )
     else:
         say(f"template: {shipped}, up to date")
     if report.release_behind:
-        say(f"release: {report.release.container}; the newest tbgen knows is {report.newest.container}: update due")
+        say(
+            f"release: {report.release.container}; the newest tbgen knows is {report.newest.container}: update due"
+        )
     else:
         say(f"release: {report.release.container}, the newest tbgen knows")
     if report.update_due:
@@ -244,18 +305,29 @@ def check_drift(project: Path, other_options: bool) -> None:
 def add_model(
     name: Annotated[str, typer.Argument(help="The new model's name (with --pattern: the top model's).")],
     project: ProjectOption = Path("."),
-    template: Annotated[Optional[str], typer.Option("--template", "-t", help="The template of the model (default: "
-                                                    "the project's).")] = None,
+    template: Annotated[
+        Optional[str],
+        typer.Option("--template", "-t", help="The template of the model (default: the project's)."),
+    ] = None,
     pattern: PatternOption = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Set any answer: --set key=value.")] = None,
-    inputs: Annotated[Optional[list[str]], typer.Option("--input", help="A model input NAME:DTYPE:DIMS[:optional] "
-                                                        "(repeatable; give --output too).")] = None,
-    outputs: Annotated[Optional[list[str]], typer.Option("--output", help="A model output NAME:DTYPE:DIMS.")] = None,
+    set_: Annotated[
+        Optional[list[str]], typer.Option("--set", help="Set any answer: --set key=value.")
+    ] = None,
+    inputs: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--input", help="A model input NAME:DTYPE:DIMS[:optional] (repeatable; give --output too)."
+        ),
+    ] = None,
+    outputs: Annotated[
+        Optional[list[str]], typer.Option("--output", help="A model output NAME:DTYPE:DIMS.")
+    ] = None,
 ) -> None:
     """Add a model (or a composed model and its callees) to a project: new files and tbgen.toml entries only."""
     with user_errors():
-        given = given_answers(flags={"pattern": pattern}, sets=set_ or [], inputs=inputs or [],
-                              outputs=outputs or [])
+        given = given_answers(
+            flags={"pattern": pattern}, sets=set_ or [], inputs=inputs or [], outputs=outputs or []
+        )
         written = add_model_to_project(load_project(project), name, template, given)
     for file in written:
         say(str(file), label="Wrote", style="green")
@@ -266,8 +338,14 @@ def add_model(
 def remove_model(
     name: Annotated[str, typer.Argument(help="A model `tbgen add model` added.")],
     project: ProjectOption = Path("."),
-    force: Annotated[bool, typer.Option("--force", help="Remove the files you edited or put under the model too, "
-                                        "and work in a project without a generation record.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Remove the files you edited or put under the model too, "
+            "and work in a project without a generation record.",
+        ),
+    ] = False,
 ) -> None:
     """Remove a model `tbgen add model` added: its directory in the model repository, its reference, its tbgen.toml
     entry, and its part of the generation record, so that `tbgen update` does not bring it back.
@@ -291,23 +369,46 @@ def remove_model(
 def add_library(
     name: Annotated[str, typer.Argument(help="The library's name: it names cmake/libraries/NAME.cmake.")],
     project: Annotated[Path, typer.Argument(help="The C++ project.")] = Path("."),
-    find_package: Annotated[Optional[str], typer.Option("--find-package", help="Find it with CMake's "
-                                                        "find_package(PKG) and link its imported target.")] = None,
-    components: Annotated[Optional[list[str]], typer.Option("--components", help="With --find-package: its "
-                                                            "COMPONENTS (comma-separated or repeated).")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", help="With --find-package: the imported target to "
-                                                  "link (default: PKG::PKG).")] = None,
-    pkg_config: Annotated[Optional[str], typer.Option("--pkg-config", help="Find it with pkg-config's module "
-                                                      "PKG (PKG.pc).")] = None,
-    path: Annotated[Optional[Path], typer.Option("--path", help="A prefix holding its headers in include/ and "
-                                                 "the library in lib/.")] = None,
+    find_package: Annotated[
+        Optional[str],
+        typer.Option(
+            "--find-package", help="Find it with CMake's find_package(PKG) and link its imported target."
+        ),
+    ] = None,
+    components: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--components", help="With --find-package: its COMPONENTS (comma-separated or repeated)."
+        ),
+    ] = None,
+    target: Annotated[
+        Optional[str],
+        typer.Option(
+            "--target", help="With --find-package: the imported target to link (default: PKG::PKG)."
+        ),
+    ] = None,
+    pkg_config: Annotated[
+        Optional[str], typer.Option("--pkg-config", help="Find it with pkg-config's module PKG (PKG.pc).")
+    ] = None,
+    path: Annotated[
+        Optional[Path],
+        typer.Option("--path", help="A prefix holding its headers in include/ and the library in lib/."),
+    ] = None,
 ) -> None:
     """Link a third-party library into a C++ backend: writes cmake/libraries/NAME.cmake (never over a file)."""
     with user_errors():
         added = add_library_to_project(
-            load_project(project), name, find_package=find_package, components=components or [], target=target,
-            pkg_config=pkg_config, path=path)
+            load_project(project),
+            name,
+            find_package=find_package,
+            components=components or [],
+            target=target,
+            pkg_config=pkg_config,
+            path=path,
+        )
     say(f"{added.file}: {added.spec.describe()}", label="Wrote", style="green")
-    say("Include its headers in the backend's sources and use it; `tbgen package` carries the shared objects the "
-        "server's image lacks.")
+    say(
+        "Include its headers in the backend's sources and use it; `tbgen package` carries the shared objects the "
+        "server's image lacks."
+    )
     say(f"Next: `tbgen build{path_argument(load_project(project))}`")

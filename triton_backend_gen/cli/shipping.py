@@ -34,10 +34,20 @@ from triton_backend_gen.signals import stop_on_signals
 @env_app.command("pack")
 def env_pack(
     project: Annotated[Path, typer.Argument(help="The project.")] = Path("."),
-    model: Annotated[Optional[str], typer.Option("--model", help="Only this model (default: every python model "
-                                                 "with a requirements.txt).")] = None,
-    docker: Annotated[bool, typer.Option("--docker", help="Build it inside the server's image (for `tbgen test "
-                                         "--docker` and `tbgen package`), with the image's python3.")] = False,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model", help="Only this model (default: every python model with a requirements.txt)."
+        ),
+    ] = None,
+    docker: Annotated[
+        bool,
+        typer.Option(
+            "--docker",
+            help="Build it inside the server's image (for `tbgen test "
+            "--docker` and `tbgen package`), with the image's python3.",
+        ),
+    ] = False,
     image: ImageOption = None,
 ) -> None:
     """Pack model_repository/MODEL/requirements.txt (with numpy) into the environment the python backend runs the
@@ -50,30 +60,41 @@ def env_pack(
     for result in packed:
         env = result.env
         size = env.path.stat().st_size / 1e6
-        say(f"{env.path} ({size:.1f} MB): Python {env.python}, {len(env.modules)} modules, for {result.target}; "
-            f"pip's output: {result.log_file}", label="Packed", style="green")
+        say(
+            f"{env.path} ({size:.1f} MB): Python {env.python}, {len(env.modules)} modules, for {result.target}; "
+            f"pip's output: {result.log_file}",
+            label="Packed",
+            style="green",
+        )
         if result.config_written:
-            say(f"EXECUTION_ENV_PATH into {result.model}/config.pbtxt ($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)",
-                label="Wrote", style="yellow")
+            say(
+                f"EXECUTION_ENV_PATH into {result.model}/config.pbtxt ($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)",
+                label="Wrote",
+                style="yellow",
+            )
     say(f"Next: `tbgen test{' --docker' if docker else ''}{path_argument(loaded)}`")
 
 
 @app.command()
 def package(
     project: Annotated[Path, typer.Argument(help="The project to package.")] = Path("."),
-    image_tag: Annotated[Optional[str], typer.Option("--image-tag", help="Tag of the image (default: "
-                                                    "<project>:latest).")] = None,
-    base_image: Annotated[Optional[str], typer.Option("--base-image", help="BASE_IMAGE of the Dockerfile (default: "
-                                                      "the release's tritonserver image).")] = None,
-    test: Annotated[bool, typer.Option("--test", help="Then run the smoke suite against a container of the "
-                                       "image.")] = False,
+    image_tag: Annotated[
+        Optional[str], typer.Option("--image-tag", help="Tag of the image (default: <project>:latest).")
+    ] = None,
+    base_image: Annotated[
+        Optional[str],
+        typer.Option(
+            "--base-image", help="BASE_IMAGE of the Dockerfile (default: the release's tritonserver image)."
+        ),
+    ] = None,
+    test: Annotated[
+        bool, typer.Option("--test", help="Then run the smoke suite against a container of the image.")
+    ] = False,
 ) -> None:
     """Build the project's Dockerfile into a deployable image: the server, the backend and /models."""
     with user_errors():
         loaded = load_project(project)
-        result = package_project(
-            loaded, tag=image_tag, base_image=base_image,
-            progress=say)
+        result = package_project(loaded, tag=image_tag, base_image=base_image, progress=say)
     if result.prebuilt:
         carried = f", carrying {', '.join(result.carried)}" if result.carried else ""
         source = f"the backend built on this machine{carried}"
@@ -86,35 +107,64 @@ def package(
         report_tests(report, junit_xml=None)
 
 
-DeployOut = Annotated[Optional[Path], typer.Option("--out", help="Where to write (default: the project's {}).")]
+DeployOut = Annotated[
+    Optional[Path], typer.Option("--out", help="Where to write (default: the project's {}).")
+]
 
-DeployImage = Annotated[Optional[str], typer.Option("--image", help="The image the pods run (default: the tag "
-                                                    "`tbgen package` gives, <project>:latest).")]
+DeployImage = Annotated[
+    Optional[str],
+    typer.Option(
+        "--image", help="The image the pods run (default: the tag `tbgen package` gives, <project>:latest)."
+    ),
+]
 
-DeployReplicas = Annotated[Optional[int], typer.Option("--replicas", help="Pods while autoscaling is off "
-                                                       "(replicaCount).")]
+DeployReplicas = Annotated[
+    Optional[int], typer.Option("--replicas", help="Pods while autoscaling is off (replicaCount).")
+]
 
-DeployControlMode = Annotated[Optional[str], typer.Option("--model-control-mode", help="none, explicit or poll "
-                                                          "(server.modelControlMode).")]
+DeployControlMode = Annotated[
+    Optional[str],
+    typer.Option("--model-control-mode", help="none, explicit or poll (server.modelControlMode)."),
+]
 
-DeployServerArg = Annotated[Optional[list[str]], typer.Option("--server-arg", help="One more tritonserver flag, e.g. "
-                                                              "--server-arg=--log-verbose=1 (repeatable; "
-                                                              "server.extraArgs).")]
+DeployServerArg = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--server-arg",
+        help="One more tritonserver flag, e.g. --server-arg=--log-verbose=1 (repeatable; server.extraArgs).",
+    ),
+]
 
-DeploySet = Annotated[Optional[list[str]], typer.Option("--set", help="Any chart value: --set KEY=VALUE with KEY as "
-                                                        "in values.yaml, e.g. autoscaling.enabled=true (repeatable).")]
+DeploySet = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--set",
+        help="Any chart value: --set KEY=VALUE with KEY as "
+        "in values.yaml, e.g. autoscaling.enabled=true (repeatable).",
+    ),
+]
 
-DeployValues = Annotated[Optional[Path], typer.Option("--values", "-f", help="A YAML file of chart values, laid over "
-                                                      "the defaults (then the options above).")]
+DeployValues = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--values", "-f", help="A YAML file of chart values, laid over the defaults (then the options above)."
+    ),
+]
 
-DeployForce = Annotated[bool, typer.Option("--force", help="Write over tbgen's files in a directory that holds "
-                                           "some already.")]
+DeployForce = Annotated[
+    bool, typer.Option("--force", help="Write over tbgen's files in a directory that holds some already.")
+]
 
 
 def _chart_options(image, replicas, model_control_mode, server_arg, set_, values):
-    return ChartOptions(image=image, values_file=values, settings=set_ or [],
-                                                 replicas=replicas, model_control_mode=model_control_mode,
-                                                 server_args=server_arg or [])
+    return ChartOptions(
+        image=image,
+        values_file=values,
+        settings=set_ or [],
+        replicas=replicas,
+        model_control_mode=model_control_mode,
+        server_args=server_arg or [],
+    )
 
 
 def _print_rendered(what: str, written, project: Project) -> None:
@@ -125,8 +175,10 @@ def _print_rendered(what: str, written, project: Project) -> None:
 @deploy_app.command("helm")
 def deploy_helm(
     project: ProjectOption = Path("."),
-    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the chart (default: the project's "
-                                                "deploy/helm/).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="Where to write the chart (default: the project's deploy/helm/)."),
+    ] = None,
     image: DeployImage = None,
     replicas: DeployReplicas = None,
     model_control_mode: DeployControlMode = None,
@@ -140,19 +192,27 @@ def deploy_helm(
     with user_errors():
         loaded = load_project(project)
         written = render_helm(
-            loaded, _chart_options(image, replicas, model_control_mode, server_arg, set_, values), out, force=force)
+            loaded,
+            _chart_options(image, replicas, model_control_mode, server_arg, set_, values),
+            out,
+            force=force,
+        )
     _print_rendered("the Helm chart", written, loaded)
     release = chart_name(loaded)
     local = f" --chart {written.directory}" if out is not None else ""
-    say(f"Next: `tbgen deploy check {written.directory}`; `tbgen deploy local{loaded.project_option()}{local}`; "
-        f"`helm install {release} {written.directory}`")
+    say(
+        f"Next: `tbgen deploy check {written.directory}`; `tbgen deploy local{loaded.project_option()}{local}`; "
+        f"`helm install {release} {written.directory}`"
+    )
 
 
 @deploy_app.command("manifests")
 def deploy_manifests(
     project: ProjectOption = Path("."),
-    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the manifests (default: the "
-                                                "project's deploy/k8s/).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="Where to write the manifests (default: the project's deploy/k8s/)."),
+    ] = None,
     image: DeployImage = None,
     replicas: DeployReplicas = None,
     model_control_mode: DeployControlMode = None,
@@ -165,18 +225,30 @@ def deploy_manifests(
     with user_errors():
         loaded = load_project(project)
         written = render_manifests(
-            loaded, _chart_options(image, replicas, model_control_mode, server_arg, set_, values), out, force=force)
+            loaded,
+            _chart_options(image, replicas, model_control_mode, server_arg, set_, values),
+            out,
+            force=force,
+        )
     _print_rendered("manifests to", written, loaded)
     say(f"Next: `tbgen deploy check {written.directory}`; `kubectl apply -f {written.directory}`")
 
 
 @deploy_app.command("check")
 def deploy_check(
-    directory: Annotated[Optional[Path], typer.Argument(help="A chart or a directory of manifests (default: "
-                                                        "deploy/helm, else deploy/k8s).")] = None,
-    kube_version: Annotated[Optional[list[str]], typer.Option("--kube-version", help="Validate for this Kubernetes "
-                                                              "version (repeatable; default: 1.29 and the newest "
-                                                              "kubernetes-validate bundles).")] = None,
+    directory: Annotated[
+        Optional[Path],
+        typer.Argument(help="A chart or a directory of manifests (default: deploy/helm, else deploy/k8s)."),
+    ] = None,
+    kube_version: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--kube-version",
+            help="Validate for this Kubernetes "
+            "version (repeatable; default: 1.29 and the newest "
+            "kubernetes-validate bundles).",
+        ),
+    ] = None,
 ) -> None:
     """Validate a rendered chart or manifests offline: helm lint and template, strict Kubernetes schemas for each
     version, the ServiceMonitor against tbgen's schema, yamllint. Exit 1 on any failure."""
@@ -191,12 +263,18 @@ def deploy_check(
         if finding.failed:
             say(f"{finding.check}: {finding.subject}: {finding.message}", label="FAIL", style="red")
         elif finding.severity in (NOTE, WARNING):
-            say(f"{finding.check}: {finding.subject}: {finding.message}", label=f"{finding.severity}:",
-                style="yellow")
+            say(
+                f"{finding.check}: {finding.subject}: {finding.message}",
+                label=f"{finding.severity}:",
+                style="yellow",
+            )
     say(f"{report.subject}: {report.counts['objects']} objects, {report.against}")
-    records("", [Column("check"), Column("passed", justify="right"), Column("failed", justify="right")],
-            [(step, str(passed), str(failed)) for step, (passed, failed) in steps.items()],
-            styles=["red" if failed else "" for _, (_, failed) in steps.items()])
+    records(
+        "",
+        [Column("check"), Column("passed", justify="right"), Column("failed", justify="right")],
+        [(step, str(passed), str(failed)) for step, (passed, failed) in steps.items()],
+        styles=["red" if failed else "" for _, (_, failed) in steps.items()],
+    )
     if not report.passed:
         say(f"{len(report.errors)} failure(s)", style="red")
         raise typer.Exit(1)
@@ -206,29 +284,45 @@ def deploy_check(
 @deploy_app.command("local")
 def deploy_local(
     project: ProjectOption = Path("."),
-    chart: Annotated[Optional[Path], typer.Option("--chart", help="The chart (or manifests) to run (default: the "
-                                                  "project's deploy/helm/, rendered first when missing).")] = None,
-    base_image: Annotated[Optional[str], typer.Option("--base-image", help="BASE_IMAGE when the project is packaged "
-                                                      "first (default: the release's tritonserver image).")] = None,
-    package: Annotated[bool, typer.Option("--package", help="Package the project first even when its image "
-                                          "exists.")] = False,
-    junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")] = None,
+    chart: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--chart",
+            help="The chart (or manifests) to run (default: the "
+            "project's deploy/helm/, rendered first when missing).",
+        ),
+    ] = None,
+    base_image: Annotated[
+        Optional[str],
+        typer.Option(
+            "--base-image",
+            help="BASE_IMAGE when the project is packaged first (default: the release's tritonserver image).",
+        ),
+    ] = None,
+    package: Annotated[
+        bool, typer.Option("--package", help="Package the project first even when its image exists.")
+    ] = False,
+    junit_xml: Annotated[
+        Optional[Path], typer.Option("--junit-xml", help="Write the results as JUnit XML.")
+    ] = None,
 ) -> None:
     """Run the chart's pod spec as a container here (same image, command, args, env, ports, /dev/shm, user),
     probe it as the kubelet would, and run the smoke suite against it; the container is removed afterwards."""
     with user_errors(), stop_on_signals():
         loaded = load_project(project)
-        run = run_pod_spec(
-            loaded, chart, base_image=base_image, repackage=package,
-            progress=say)
+        run = run_pod_spec(loaded, chart, base_image=base_image, repackage=package, progress=say)
     if run.packaged is not None:
         say(f"Packaged {run.packaged.tag} ({run.packaged.image_id[:19]})")
     pod = run.pod
     ready = f"ready {run.ready_after:.1f} s after its start" if run.ready_after is not None else "never ready"
-    say(f"Pod spec of {run.chart}: {pod.image} as user {pod.user or 'of the image'}, ports "
+    say(
+        f"Pod spec of {run.chart}: {pod.image} as user {pod.user or 'of the image'}, ports "
         f"{', '.join(f'{n} {p}' for n, p in pod.ports.items())}, /dev/shm {(pod.shm_bytes or 0) / 2**20:.0f} MiB; "
-        f"{ready}")
+        f"{ready}"
+    )
     if run.memory_used is not None:
         limit = f" of its {pod.memory_limit / 2**20:.0f} MiB limit" if pod.memory_limit else ""
-        say(f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests (resources in values.yaml).")
+        say(
+            f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests (resources in values.yaml)."
+        )
     report_tests(run.report, junit_xml)

@@ -16,20 +16,34 @@ from triton_backend_gen.toolchain.ensure_built import ensure_built
 np = lazy_module("numpy")
 
 
-def run_bench(project: Project, *, model: str | None = None, protocol: str = "grpc", concurrency: list[int] = (1, 8),
-              seconds: float = 10.0, batch_size: int = 1, tool: str = "auto", url: str | None = None,
-              server_pid: int | None = None, server: Path | None = None, instance_kind: str | None = None,
-              inputs: Mapping[str, np.ndarray] | None = None,
-              progress: Callable[[str], None] = lambda line: None) -> BenchReport:
+def run_bench(
+    project: Project,
+    *,
+    model: str | None = None,
+    protocol: str = "grpc",
+    concurrency: list[int] = (1, 8),
+    seconds: float = 10.0,
+    batch_size: int = 1,
+    tool: str = "auto",
+    url: str | None = None,
+    server_pid: int | None = None,
+    server: Path | None = None,
+    instance_kind: str | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> BenchReport:
     """Benchmark ``model`` (default: the project's first) of ``project``.
 
     ``url`` (HTTP host:port of a running server; gRPC is taken on the next port up unless it is given as
     ``http,grpc``) skips starting one (``server_pid``, when known, gives its CPU use)."""
-    bench = plan_bench(project, model=model, protocol=protocol, batch_size=batch_size, tool=tool, inputs=inputs)
+    bench = plan_bench(
+        project, model=model, protocol=protocol, batch_size=batch_size, tool=tool, inputs=inputs
+    )
     if url:
         http_url, grpc_url = parse_url(url)
-        return bench.measure(http_url, grpc_url, server_pid, f"the server at {http_url}", concurrency, seconds,
-                             progress)
+        return bench.measure(
+            http_url, grpc_url, server_pid, f"the server at {http_url}", concurrency, seconds, progress
+        )
     ensure_built(project, server)
     triton = prepare_server(project, server=server, instance_kind=instance_kind)
     with stop_on_signals(), triton:
@@ -37,8 +51,9 @@ def run_bench(project: Project, *, model: str | None = None, protocol: str = "gr
         not_ready = [m for m in triton.model_states() if m.name == name and m.state != "READY"]
         if not_ready:
             raise ServerError(f"{name} did not load: {not_ready[0].reason}", f"Server log: {triton.log_file}")
-        return bench.measure(triton.http_url, triton.grpc_url, triton.pid, triton.describe(), concurrency, seconds,
-                             progress)
+        return bench.measure(
+            triton.http_url, triton.grpc_url, triton.pid, triton.describe(), concurrency, seconds, progress
+        )
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -46,6 +61,8 @@ def parse_url(url: str) -> tuple[str, str]:
     http_url, _, grpc_url = url.partition(",")
     host, _, port = http_url.rpartition(":")
     if not host or not port.isdigit() or (grpc_url and not grpc_url.rpartition(":")[2].isdigit()):
-        raise UsageError(f"--url {url!r} is not HOST:PORT (or HTTP_HOST:PORT,GRPC_HOST:PORT).",
-                         "Example: --url 127.0.0.1:8000")
+        raise UsageError(
+            f"--url {url!r} is not HOST:PORT (or HTTP_HOST:PORT,GRPC_HOST:PORT).",
+            "Example: --url 127.0.0.1:8000",
+        )
     return http_url, grpc_url or f"{host}:{int(port) + 1}"

@@ -17,8 +17,9 @@ from triton_backend_gen.toolchain.symbols import check_library, export_findings
 IMAGE_CHECK_LOG = "ldd-in-image.log"
 
 
-def check(target: Project | Path, server: Path | None = None, *, docker: bool = False,
-          image: str | None = None) -> CheckReport:
+def check(
+    target: Project | Path, server: Path | None = None, *, docker: bool = False, image: str | None = None
+) -> CheckReport:
     """The built library of the project ``target`` (or the library file ``target`` itself), against a local
     server, or with ``docker`` in a container of ``image`` (default: the release's NGC image)."""
     project = target if isinstance(target, Project) else None
@@ -26,12 +27,15 @@ def check(target: Project | Path, server: Path | None = None, *, docker: bool = 
         library = Path(target)
     else:
         if not project.is_cpp:
-            raise UsageError(f"{project.name} is a python project: it has no C++ backend library to check.",
-                             "`tbgen check` applies to C++ backends (cpp-backend, decoupled-backend language=cpp).")
+            raise UsageError(
+                f"{project.name} is a python project: it has no C++ backend library to check.",
+                "`tbgen check` applies to C++ backends (cpp-backend, decoupled-backend language=cpp).",
+            )
         library = project.library
         if not library.is_file():
-            raise BuildError(f"{library} does not exist: the backend is not built.",
-                             f"Run `tbgen build {project.root}`.")
+            raise BuildError(
+                f"{library} does not exist: the backend is not built.", f"Run `tbgen build {project.root}`."
+            )
     if docker:
         return check_in_image_of(library, project, image)
     install, notes = server_for_check(server)
@@ -42,16 +46,22 @@ def check(target: Project | Path, server: Path | None = None, *, docker: bool = 
 def check_in_image_of(library: Path, project: Project | None, image: str | None) -> CheckReport:
     """The library's exports, and every library it needs resolved in ``image`` as the server there loads it."""
     if image is None and project is None:
-        raise UsageError(f"{library.name} is a library file: tbgen cannot tell which release's image to check it in.",
-                         "Name the image with --image, or check the project's library with `tbgen check --docker` "
-                         "in the project.")
+        raise UsageError(
+            f"{library.name} is a library file: tbgen cannot tell which release's image to check it in.",
+            "Name the image with --image, or check the project's library with `tbgen check --docker` "
+            "in the project.",
+        )
     image = image or default_image(project.release)
     backend = project.backend if project is not None else library.stem.removeprefix("libtriton_")
     client = connect()
     ensure_image(client, image)
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
-        log_file = project.runtime_dir / IMAGE_CHECK_LOG if project is not None else Path(scratch) / IMAGE_CHECK_LOG
+        log_file = (
+            project.runtime_dir / IMAGE_CHECK_LOG if project is not None else Path(scratch) / IMAGE_CHECK_LOG
+        )
         labelled = project.root if project is not None else library.parent
-        findings = (*export_findings(library),
-                    *check_in_image(client, image, library, backend, labelled, log_file))
+        findings = (
+            *export_findings(library),
+            *check_in_image(client, image, library, backend, labelled, log_file),
+        )
     return CheckReport(str(library), list(findings), against=f"the image {image}")

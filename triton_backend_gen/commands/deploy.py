@@ -44,34 +44,48 @@ class LocalRun:
     ready_after: float | None
 
 
-def deploy_local(project: Project, chart: Path | None = None, *, base_image: str | None = None,
-                 repackage: bool = False, progress: Callable[[str], None] = lambda line: None) -> LocalRun:
+def deploy_local(
+    project: Project,
+    chart: Path | None = None,
+    *,
+    base_image: str | None = None,
+    repackage: bool = False,
+    progress: Callable[[str], None] = lambda line: None,
+) -> LocalRun:
     """Run the chart's pod spec (rendering the chart and packaging the project first when needed), probe it and
     run the smoke suite against it."""
     notes: list[str] = []
     chart = chart or project.root / HELM_DIR
     if not chart.exists():
         if chart != project.root / HELM_DIR:
-            raise UsageError(f"{chart} does not exist.",
-                             f"Render a chart there first: `tbgen deploy helm --out {chart}`.")
+            raise UsageError(
+                f"{chart} does not exist.", f"Render a chart there first: `tbgen deploy helm --out {chart}`."
+            )
         render_helm(project, out=chart)
         notes.append(f"rendered the chart into {chart} first (`tbgen deploy helm`)")
     pod, port_notes = pod_for_local(chart)
     engine = connect().info()
     pod, cpu_notes = fit_to_engine(pod, int(engine.get("NCPU") or 0))
     check_gpus(pod, engine)
-    packaged = ensure_pod_image(project, pod.image, repackage=repackage, base_image=base_image, progress=progress)
+    packaged = ensure_pod_image(
+        project, pod.image, repackage=repackage, base_image=base_image, progress=progress
+    )
     server = PodServer(pod, project, project.runtime_dir / LOG_NAME)
     progress(f"starting {pod.image} as the chart's pod spec; probing it as the kubelet would")
     report = run_suite(project, server)
     report.results += server.probe_results()
-    report.notes += [*notes, *port_notes, *cpu_notes,
-                     f"servers bound to {LOOPBACK} (host networking): {', '.join(ADDRESS_FLAGS)} appended to the args"]
+    report.notes += [
+        *notes,
+        *port_notes,
+        *cpu_notes,
+        f"servers bound to {LOOPBACK} (host networking): {', '.join(ADDRESS_FLAGS)} appended to the args",
+    ]
     return LocalRun(report, pod, chart, packaged, server.memory_used, server.started_after)
 
 
-def ensure_pod_image(project: Project, image: str, *, repackage: bool, base_image: str | None,
-                     progress: Callable[[str], None]) -> PackageResult | None:
+def ensure_pod_image(
+    project: Project, image: str, *, repackage: bool, base_image: str | None, progress: Callable[[str], None]
+) -> PackageResult | None:
     """Package the project when the chart's image is the one `tbgen package` makes and it is missing (or asked
     to); UsageError naming the image otherwise."""
     try:
@@ -82,10 +96,14 @@ def ensure_pod_image(project: Project, image: str, *, repackage: bool, base_imag
     if present and not repackage:
         return None
     if image != default_tag(project):
-        raise UsageError(f"The chart runs {image}, which is not on this Docker engine and not the image "
-                         f"`tbgen package` makes ({default_tag(project)}).",
-                         f"Build or load it (docker pull {image}), or set image.repository/image.tag to "
-                         f"{default_tag(project)}.")
+        raise UsageError(
+            f"The chart runs {image}, which is not on this Docker engine and not the image "
+            f"`tbgen package` makes ({default_tag(project)}).",
+            f"Build or load it (docker pull {image}), or set image.repository/image.tag to "
+            f"{default_tag(project)}.",
+        )
     progress(f"packaging {project.name} into {image} first (`tbgen package`)")
-    check_envs_in_image(project.model_repository, base_image or default_image(project.release), project.runtime_dir)
+    check_envs_in_image(
+        project.model_repository, base_image or default_image(project.release), project.runtime_dir
+    )
     return build_image(project, tag=image, base_image=base_image, progress=progress)

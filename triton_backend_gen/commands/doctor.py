@@ -73,8 +73,9 @@ class Diagnosis:
         return self.required and self.status == FAIL
 
 
-def diagnose(server: Path | None = None, project: Project | None = None,
-             triton_version: str | None = None) -> list[Diagnosis]:
+def diagnose(
+    server: Path | None = None, project: Project | None = None, triton_version: str | None = None
+) -> list[Diagnosis]:
     """Check everything tbgen needs for the release ``triton_version`` names (default: ``project``'s, else the
     newest); ``server`` is an explicit tritonserver, as for `tbgen serve --server`."""
     target, chosen = versions.target_release(triton_version, project.release if project is not None else None)
@@ -99,14 +100,20 @@ def diagnose(server: Path | None = None, project: Project | None = None,
 # --- the checks ---------------------------------------------------------------------------------------------
 def check_project(project: Project) -> Diagnosis:
     """The project's template and release, against the template tbgen now ships."""
-    found = f"{project.name}: {project.template} {project.template_version}, Triton {project.release.container}"
+    found = (
+        f"{project.name}: {project.template} {project.template_version}, Triton {project.release.container}"
+    )
     try:
         shipped = get_template(project.template).version
     except TbgenError:
         return Diagnosis("project", WARN, f"{found}; tbgen ships no template {project.template!r}")
     if shipped != project.template_version:
-        return Diagnosis("project", WARN, f"{found}; tbgen's {project.template} is {shipped}",
-                         "`tbgen update` (`tbgen check --drift` lists what you edited; your edits are kept)")
+        return Diagnosis(
+            "project",
+            WARN,
+            f"{found}; tbgen's {project.template} is {shipped}",
+            "`tbgen update` (`tbgen check --drift` lists what you edited; your edits are kept)",
+        )
     return Diagnosis("project", OK, found)
 
 
@@ -120,8 +127,15 @@ def check_release_change(project: Project) -> list[Diagnosis]:
     if len(releases) < 2 or releases[-2] == releases[-1]:
         return []
     old, new = versions.resolve(releases[-2]), versions.resolve(releases[-1])
-    return [Diagnosis(f"{old.container} -> {new.container}: {change.what}", WARN, f"{change.old} -> {change.new}",
-                      change.action) for change in versions.release_changes(old, new)]
+    return [
+        Diagnosis(
+            f"{old.container} -> {new.container}: {change.what}",
+            WARN,
+            f"{change.old} -> {change.new}",
+            change.action,
+        )
+        for change in versions.release_changes(old, new)
+    ]
 
 
 def check_model_imports(project: Project) -> list[Diagnosis]:
@@ -133,11 +147,21 @@ def check_model_imports(project: Project) -> list[Diagnosis]:
         return []
     rows = []
     for finding in findings:
-        where = f"its environment {finding.env.name}" if finding.env else "tbgen's Python (the local server's stub)"
+        where = (
+            f"its environment {finding.env.name}"
+            if finding.env
+            else "tbgen's Python (the local server's stub)"
+        )
         if finding.missing:
-            rows.append(Diagnosis(f"imports of {finding.model}", WARN, f"{', '.join(finding.missing)}: not in {where}",
-                                  f"list them in model_repository/{finding.model}/requirements.txt, then `tbgen env "
-                                  f"pack --model {finding.model}` (with --docker for the image)"))
+            rows.append(
+                Diagnosis(
+                    f"imports of {finding.model}",
+                    WARN,
+                    f"{', '.join(finding.missing)}: not in {where}",
+                    f"list them in model_repository/{finding.model}/requirements.txt, then `tbgen env "
+                    f"pack --model {finding.model}` (with --docker for the image)",
+                )
+            )
         else:
             rows.append(Diagnosis(f"imports of {finding.model}", OK, f"all found in {where}"))
     return rows
@@ -161,38 +185,73 @@ def check_cmake(release: versions.Release) -> Diagnosis:
         return Diagnosis("cmake", FAIL, f"{cmake}: unreadable version", fix, required=True)
     text = ".".join(map(str, found))
     if found < versions.version_tuple(release.min_cmake):
-        return Diagnosis("cmake", FAIL, f"{text} at {cmake}; {release.branch} needs >= {release.min_cmake}", fix,
-                         required=True)
-    return Diagnosis("cmake", OK, f"{text} at {cmake} (>= {release.min_cmake} for {release.branch})", required=True)
+        return Diagnosis(
+            "cmake",
+            FAIL,
+            f"{text} at {cmake}; {release.branch} needs >= {release.min_cmake}",
+            fix,
+            required=True,
+        )
+    return Diagnosis(
+        "cmake", OK, f"{text} at {cmake} (>= {release.min_cmake} for {release.branch})", required=True
+    )
 
 
 def check_compiler() -> Diagnosis:
     fix = "sudo apt-get install g++"
-    compiler = next(filter(None, (_which(name) for name in (os.environ.get("CXX"), "c++", "g++", "clang++"))), None)
+    compiler = next(
+        filter(None, (_which(name) for name in (os.environ.get("CXX"), "c++", "g++", "clang++"))), None
+    )
     if compiler is None:
         return Diagnosis("C++17 compiler", FAIL, "no $CXX, c++, g++ or clang++", fix, required=True)
     with tempfile.TemporaryDirectory(prefix="tbgen-doctor-") as scratch:
         source = Path(scratch) / "cxx17.cc"
         source.write_text(_CXX17_PROGRAM)
         try:
-            result = subprocess.run([compiler, "-std=c++17", "-Wall", "-Wextra", "-Werror", str(source), "-o",
-                                     str(Path(scratch) / "cxx17")], capture_output=True, text=True, errors="replace",
-                                    timeout=_TIMEOUT, check=False)
+            result = subprocess.run(
+                [
+                    compiler,
+                    "-std=c++17",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    str(source),
+                    "-o",
+                    str(Path(scratch) / "cxx17"),
+                ],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=_TIMEOUT,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as err:
             return Diagnosis("C++17 compiler", FAIL, f"{compiler} could not run: {err}", fix, required=True)
     if result.returncode != 0:
-        first = next((line for line in result.stderr.splitlines() if line.strip()), f"exit {result.returncode}")
-        return Diagnosis("C++17 compiler", FAIL, f"{compiler} cannot compile C++17: {first}", fix, required=True)
+        first = next(
+            (line for line in result.stderr.splitlines() if line.strip()), f"exit {result.returncode}"
+        )
+        return Diagnosis(
+            "C++17 compiler", FAIL, f"{compiler} cannot compile C++17: {first}", fix, required=True
+        )
     version = (_output([compiler, "--version"]) or "").splitlines()
-    return Diagnosis("C++17 compiler", OK, f"{compiler} ({version[0].strip() if version else 'unknown version'})",
-                     required=True)
+    return Diagnosis(
+        "C++17 compiler",
+        OK,
+        f"{compiler} ({version[0].strip() if version else 'unknown version'})",
+        required=True,
+    )
 
 
 def check_ninja() -> Diagnosis:
     ninja = tool_on_path("ninja")
     if ninja is None:
-        return Diagnosis("ninja", WARN, "not found (CMake falls back to make, without a build progress bar)",
-                         "pip install ninja")
+        return Diagnosis(
+            "ninja",
+            WARN,
+            "not found (CMake falls back to make, without a build progress bar)",
+            "pip install ninja",
+        )
     version = (_output([ninja, "--version"]) or "").strip()
     return Diagnosis("ninja", OK, f"{version or 'unknown version'} at {ninja}")
 
@@ -200,8 +259,12 @@ def check_ninja() -> Diagnosis:
 def check_git() -> Diagnosis:
     git = shutil.which("git")
     if git is None:
-        return Diagnosis("git", WARN, "not found (`tbgen update` merges your edits with git merge-file)",
-                         "apt-get install git")
+        return Diagnosis(
+            "git",
+            WARN,
+            "not found (`tbgen update` merges your edits with git merge-file)",
+            "apt-get install git",
+        )
     return Diagnosis("git", OK, (_output([git, "--version"]) or "").strip() or git)
 
 
@@ -209,16 +272,24 @@ def check_rapidjson() -> Diagnosis:
     for prefix in RAPIDJSON_PREFIXES:
         if (prefix / RAPIDJSON_HEADER).is_file():
             return Diagnosis("rapidjson", OK, str(prefix / "rapidjson"))
-    return Diagnosis("rapidjson", WARN, f"no {RAPIDJSON_HEADER} (Triton's common needs it for C++ builds)",
-                     "sudo apt-get install rapidjson-dev")
+    return Diagnosis(
+        "rapidjson",
+        WARN,
+        f"no {RAPIDJSON_HEADER} (Triton's common needs it for C++ builds)",
+        "sudo apt-get install rapidjson-dev",
+    )
 
 
 def check_googletest(release: versions.Release) -> Diagnosis:
     found = googletest_sources(cached_sources(release.branch))
     if found is not None:
         return Diagnosis("googletest", OK, str(found))
-    return Diagnosis("googletest", WARN, "not cached and no /usr/src/googletest (C++ builds would download it)",
-                     f"`tbgen deps fetch --triton-version {release.container}` (or: sudo apt-get install googletest)")
+    return Diagnosis(
+        "googletest",
+        WARN,
+        "not cached and no /usr/src/googletest (C++ builds would download it)",
+        f"`tbgen deps fetch --triton-version {release.container}` (or: sudo apt-get install googletest)",
+    )
 
 
 def check_nvcc() -> Diagnosis:
@@ -240,9 +311,12 @@ def check_source_cache(release: versions.Release) -> Diagnosis:
     missing = missing_repositories(release.branch)
     if not missing:
         return Diagnosis(f"Triton sources {release.branch}", OK, f"{entry} (offline builds)")
-    return Diagnosis(f"Triton sources {release.branch}", WARN,
-                     f"{entry} lacks {', '.join(missing)} (builds clone them with network)",
-                     f"`tbgen deps fetch --triton-version {release.container}`")
+    return Diagnosis(
+        f"Triton sources {release.branch}",
+        WARN,
+        f"{entry} lacks {', '.join(missing)} (builds clone them with network)",
+        f"`tbgen deps fetch --triton-version {release.container}`",
+    )
 
 
 def check_servers(server: Path | None, release: versions.Release | None) -> list[Diagnosis]:
@@ -255,8 +329,15 @@ def check_servers(server: Path | None, release: versions.Release | None) -> list
         if install is None:
             looked.append(f"{source}: {note}")
             if source == SOURCE_EXPLICIT:
-                rows.append(Diagnosis(f"tritonserver ({source})", FAIL, note,
-                                      "pass --server the path of a tritonserver executable", required=True))
+                rows.append(
+                    Diagnosis(
+                        f"tritonserver ({source})",
+                        FAIL,
+                        note,
+                        "pass --server the path of a tritonserver executable",
+                        required=True,
+                    )
+                )
             continue
         found = f"{'' if used else 'used: '}{install.describe()}"
         fix = ""
@@ -266,8 +347,15 @@ def check_servers(server: Path | None, release: versions.Release | None) -> list
         rows.append(Diagnosis(f"tritonserver ({source})", OK if not fix else WARN, found, fix, required=True))
         used = True
     if not used:
-        rows.append(Diagnosis("tritonserver", FAIL, "none found; looked at " + "; ".join(looked),
-                              SERVER_EXTRA_HINT, required=True))
+        rows.append(
+            Diagnosis(
+                "tritonserver",
+                FAIL,
+                "none found; looked at " + "; ".join(looked),
+                SERVER_EXTRA_HINT,
+                required=True,
+            )
+        )
     return rows
 
 
@@ -277,7 +365,11 @@ def check_docker(target: versions.Release) -> list[Diagnosis]:
         client = docker.from_env(timeout=10)
         version = client.version().get("Version", "unknown version")
     except (docker_errors.DockerException, OSError) as err:  # requests' errors are OSErrors
-        fix = "sudo systemctl start docker  (or: sudo dockerd &)" if _which("dockerd") else "sudo apt-get install docker.io"
+        fix = (
+            "sudo systemctl start docker  (or: sudo dockerd &)"
+            if _which("dockerd")
+            else "sudo apt-get install docker.io"
+        )
         return [Diagnosis("docker", WARN, f"engine not reachable (only --docker needs it): {err}", fix)]
     rows = [Diagnosis("docker", OK, f"engine {version}")]
     image = default_image(target)
@@ -285,12 +377,20 @@ def check_docker(target: versions.Release) -> list[Diagnosis]:
         client.images.get(image)
         rows.append(Diagnosis("docker image", OK, image))
     except docker_errors.ImageNotFound:
-        rows.append(Diagnosis("docker image", WARN, f"{image} is not on the engine (--docker needs it)",
-                              f"docker pull {image}"))
+        rows.append(
+            Diagnosis(
+                "docker image",
+                WARN,
+                f"{image} is not on the engine (--docker needs it)",
+                f"docker pull {image}",
+            )
+        )
     leftovers = tbgen_containers(client)
     if leftovers:
         names = ", ".join(f"{c.name} ({c.status}, {c.labels.get('tbgen.role', '?')})" for c in leftovers)
-        rows.append(Diagnosis("tbgen containers", WARN, f"left behind: {names}", "`tbgen clean --containers`"))
+        rows.append(
+            Diagnosis("tbgen containers", WARN, f"left behind: {names}", "`tbgen clean --containers`")
+        )
     else:
         rows.append(Diagnosis("tbgen containers", OK, "none left behind"))
     return rows
@@ -307,9 +407,15 @@ def check_deploy_tools() -> list[Diagnosis]:
         rows = [Diagnosis("helm (for `tbgen deploy`)", WARN, err.message, fix)]
     for dist, use in (("kubernetes-validate", "Kubernetes schemas"), ("yamllint", "YAML lint")):
         try:
-            rows.append(Diagnosis(f"{dist} (for `tbgen deploy`)", OK, f"{importlib.metadata.version(dist)} ({use})"))
+            rows.append(
+                Diagnosis(f"{dist} (for `tbgen deploy`)", OK, f"{importlib.metadata.version(dist)} ({use})")
+            )
         except importlib.metadata.PackageNotFoundError:
-            rows.append(Diagnosis(f"{dist} (for `tbgen deploy`)", WARN, "not installed (`tbgen deploy check` needs it)", fix))
+            rows.append(
+                Diagnosis(
+                    f"{dist} (for `tbgen deploy`)", WARN, "not installed (`tbgen deploy check` needs it)", fix
+                )
+            )
     return rows
 
 
@@ -320,8 +426,15 @@ def _which(name: str | None) -> str | None:
 def _output(command: list[str]) -> str | None:
     """stdout+stderr of ``command``, or None when it cannot run or fails."""
     try:
-        result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=_TIMEOUT,
-                                stdin=subprocess.DEVNULL, check=False)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout + result.stderr if result.returncode == 0 else None
@@ -330,4 +443,3 @@ def _output(command: list[str]) -> str | None:
 def _version_in(text: str) -> tuple[int, ...] | None:
     match = _VERSION.search(text)
     return tuple(int(part) for part in match.groups() if part is not None) if match else None
-

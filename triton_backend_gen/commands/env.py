@@ -36,30 +36,43 @@ class Packed:
     log_file: Path  # pip's output
 
 
-def pack_envs(project: Project, *, model: str | None = None, docker: bool = False, image: str | None = None,
-              on_line: Callable[[str], None] | None = None) -> list[Packed]:
+def pack_envs(
+    project: Project,
+    *,
+    model: str | None = None,
+    docker: bool = False,
+    image: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> list[Packed]:
     """Pack the environment of ``model`` (default: every python model with a requirements.txt)."""
     candidates = python_models(project)
     if model is not None:
         chosen = project.model(model)
         if chosen not in candidates:
-            raise UsageError(f"{model} is not served by the python backend, so it runs in no Python environment.",
-                             "Name a python model (tbgen.toml lists them), or leave --model out.")
+            raise UsageError(
+                f"{model} is not served by the python backend, so it runs in no Python environment.",
+                "Name a python model (tbgen.toml lists them), or leave --model out.",
+            )
         candidates = [chosen]
     with_requirements = [m for m in candidates if (m.directory / REQUIREMENTS).is_file()]
     if not with_requirements:
         where = candidates[0].directory if candidates else project.model_repository / "MODEL"
-        raise UsageError("No python model of the project has a requirements.txt, so there is nothing to pack.",
-                         f"List the packages a model imports in {where / REQUIREMENTS} (one per line, as for pip), "
-                         "then run `tbgen env pack` again.")
+        raise UsageError(
+            "No python model of the project has a requirements.txt, so there is nothing to pack.",
+            f"List the packages a model imports in {where / REQUIREMENTS} (one per line, as for pip), "
+            "then run `tbgen env pack` again.",
+        )
     target = (image or default_image(project.release)) if docker else "this machine"
     packed = []
     for entry in with_requirements:
         output = entry.directory / ENV_FILE
         log_file = project.runtime_dir / f"env-{entry.name}.log"
         requirements = entry.directory / REQUIREMENTS
-        env = (pack_in_image(requirements, output, target, log_file, project.root, on_line) if docker
-               else pack_locally(requirements, output, log_file))
+        env = (
+            pack_in_image(requirements, output, target, log_file, project.root, on_line)
+            if docker
+            else pack_locally(requirements, output, log_file)
+        )
         packed.append(Packed(entry.name, env, target, _point_config_at(entry.config_file), log_file))
     return packed
 

@@ -69,8 +69,11 @@ def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str
     FEATURE_KEYS, then each other dtype, the edge variant, the feature variants, each framework, the SIGNATURES
     and each composition pattern (without ``full``: the combinations, the edge variant and one feature variant
     only)."""
-    axes = [(o.key, o.choices or (False, True)) for o in template.options
-            if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)]
+    axes = [
+        (o.key, o.choices or (False, True))
+        for o in template.options
+        if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)
+    ]
     keys = [key for key, _ in axes]
     for values in itertools.product(*(choices for _, choices in axes)):
         yield dict(zip(keys, values, strict=True))
@@ -78,7 +81,11 @@ def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str
     for choice in dtype.choices[1:] if dtype and full else ():
         yield {"dtype": choice}
     # no batching, variable dims (a template without dims has no variant of this kind)
-    edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option("dims") and template.option(k)}
+    edge = {
+        k: v
+        for k, v in (("max_batch_size", 0), ("dims", "-1"))
+        if template.option("dims") and template.option(k)
+    }
     if edge:
         yield edge
     yield from _feature_variants(template, full)
@@ -88,9 +95,14 @@ def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str
     language = template.option("language")
     for name, tensors in SIGNATURES.items() if template.option("signature") and full else ():
         for choice in language.choices if language else (None,):
-            yield {"signature": tensors.context(), "model_name": name.replace("-", "_"),
-                   **({"language": choice} if choice else {})}
-    for pattern in (p for p, names in compose.PATTERN_TEMPLATES.items() if template.name in names) if full else ():
+            yield {
+                "signature": tensors.context(),
+                "model_name": name.replace("-", "_"),
+                **({"language": choice} if choice else {}),
+            }
+    for pattern in (
+        (p for p, names in compose.PATTERN_TEMPLATES.items() if template.name in names) if full else ()
+    ):
         for choice in language.choices if language else (None,):
             yield {"pattern": pattern, **({"language": choice} if choice else {})}
 
@@ -102,8 +114,13 @@ def _feature_variants(template: Template, full: bool) -> Iterator[dict[str, Any]
     if not template.option("sequence"):
         return
     implicit = {"implicit_state": True} if template.name == "cpp-backend" else {}
-    yield {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "request_parameters": True,
-           **implicit}
+    yield {
+        "sequence": "oldest",
+        "correlation_id": "string",
+        "custom_metrics": True,
+        "request_parameters": True,
+        **implicit,
+    }
     if full:
         yield {"sequence": "direct", **({"dtype": "INT32"} if template.option("dtype") else {})}
         yield {"custom_metrics": True, "request_parameters": True}
@@ -157,8 +174,9 @@ def _release_targets(releases: list[str] | None, smoke: bool) -> list[str | None
     return list(releases or []) or [_server_release() if smoke else None]
 
 
-def _variants(templates: list[Template], targets: list[str | None],
-              full: bool = True) -> Iterator[tuple[Template, Path, dict[str, Any]]]:
+def _variants(
+    templates: list[Template], targets: list[str | None], full: bool = True
+) -> Iterator[tuple[Template, Path, dict[str, Any]]]:
     """(template, where to render it in the scratch directory, answers) of each template's option matrix for each
     release; the release goes into the answers of a template that has a triton_version option."""
     for template, release in itertools.product(templates, targets):
@@ -170,8 +188,14 @@ def _variants(templates: list[Template], targets: list[str | None],
             yield template, Path(template.name) / f"{release or 'default'}-{index}" / DEFAULT_NAME, answers
 
 
-def _variant_problems(project: Path, template: Template, build: bool, smoke: bool, instance_kind: str | None,
-                      progress: Callable[[str], None]) -> tuple[list[str], str]:
+def _variant_problems(
+    project: Path,
+    template: Template,
+    build: bool,
+    smoke: bool,
+    instance_kind: str | None,
+    progress: Callable[[str], None],
+) -> tuple[list[str], str]:
     """(problems, why building was skipped) of a rendered variant: its files checked, then with ``build`` or
     ``smoke`` built, then with ``smoke`` smoke-tested, each step only when the ones before found nothing.
 
@@ -185,8 +209,10 @@ def _variant_problems(project: Path, template: Template, build: bool, smoke: boo
     if smoke and not skip and not problems:
         problems = smoke_rendered_project(loaded, instance_kind)
         if any(problem.startswith(f"smoke {STUB_CHECK} ") for problem in problems):
-            progress("  NOTE a python stub stopped answering; the smoke suite runs once more. The first run:\n  "
-                     + "\n  ".join(problems))
+            progress(
+                "  NOTE a python stub stopped answering; the smoke suite runs once more. The first run:\n  "
+                + "\n  ".join(problems)
+            )
             problems = smoke_rendered_project(loaded, instance_kind)
     return problems, skip
 
@@ -200,8 +226,10 @@ def build_rendered_project(project: Project) -> tuple[list[str], str]:
     """(problems, why it was skipped): ``tbgen build`` the project, C++ from cached Triton sources only."""
     kind = build_kind(project)
     if kind == "cpp" and cached_sources(project.release.branch) is None:
-        return [], (f"Triton sources for {project.release.branch} are not cached "
-                    f"(`tbgen deps fetch --triton-version {project.release.container}`), so it was not built")
+        return [], (
+            f"Triton sources for {project.release.branch} are not cached "
+            f"(`tbgen deps fetch --triton-version {project.release.container}`), so it was not built"
+        )
     try:
         result = build_and_check(project) if kind else None
     except TbgenError as err:
@@ -240,7 +268,9 @@ def _file_problems(file: Path, rel: Path) -> list[str]:
     problems = []
     if file.suffix == ".py":
         try:
-            py_compile.compile(str(file), cfile=str(Path(tempfile.gettempdir()) / "tbgen-check.pyc"), doraise=True)
+            py_compile.compile(
+                str(file), cfile=str(Path(tempfile.gettempdir()) / "tbgen-check.pyc"), doraise=True
+            )
         except py_compile.PyCompileError as err:
             problems.append(f"{rel} does not compile: {err.msg.strip()}")
     text = file.read_text(errors="replace")

@@ -38,28 +38,51 @@ def run_project_tests(
     container of ``image`` (default: the NGC image of the project's release), with all GPUs when ``gpu``;
     ``packaged`` tests the image of `tbgen package` as it is (nothing built, nothing mounted);
     ``instance_kind`` ("cpu", "gpu") serves a copy of the models with instances of that kind."""
-    check_test_options(sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind)
+    check_test_options(
+        sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind
+    )
     project.model(model)  # UsageError for a model the project does not have, before anything runs
     progress = progress or SuiteProgress()
     if not packaged:
         if project.is_cpp or project.native is not None:
             progress.phase("building what changed")
         ensure_built(project, server, sanitize, docker=docker, image=image)
-    triton = prepare_server(project, server=server, docker=docker or packaged, image=image, gpu=gpu,
-                            mount=not packaged, instance_kind=instance_kind)
-    return run_suite(project, triton, model=model, fuzz=fuzz, seed=seed, progress=progress,
-                     on_ready=lambda seconds: record_load_time(project, seconds, triton.describe()))
+    triton = prepare_server(
+        project,
+        server=server,
+        docker=docker or packaged,
+        image=image,
+        gpu=gpu,
+        mount=not packaged,
+        instance_kind=instance_kind,
+    )
+    return run_suite(
+        project,
+        triton,
+        model=model,
+        fuzz=fuzz,
+        seed=seed,
+        progress=progress,
+        on_ready=lambda seconds: record_load_time(project, seconds, triton.describe()),
+    )
 
 
-def check_test_options(*, sanitize: tuple[str, ...], docker: bool, gpu: bool, packaged: bool,
-                       instance_kind: str | None) -> None:
+def check_test_options(
+    *, sanitize: tuple[str, ...], docker: bool, gpu: bool, packaged: bool, instance_kind: str | None
+) -> None:
     """UsageError for option combinations a test run cannot honour."""
     if docker and sanitize:
-        raise UsageError("--sanitize runs with a local server; it cannot be combined with --docker.",
-                         "Drop one of --sanitize and --docker.")
+        raise UsageError(
+            "--sanitize runs with a local server; it cannot be combined with --docker.",
+            "Drop one of --sanitize and --docker.",
+        )
     if gpu and not docker:
-        raise UsageError("--gpu asks a container for the GPUs; a local server sees this machine's GPUs already.",
-                         "Add --docker, or drop --gpu.")
+        raise UsageError(
+            "--gpu asks a container for the GPUs; a local server sees this machine's GPUs already.",
+            "Add --docker, or drop --gpu.",
+        )
     if packaged and instance_kind:
-        raise UsageError("--instance-kind rewrites a copy of the project's models; a packaged image serves its own.",
-                         "Drop --instance-kind, or test the project with --docker instead of --packaged.")
+        raise UsageError(
+            "--instance-kind rewrites a copy of the project's models; a packaged image serves its own.",
+            "Drop --instance-kind, or test the project with --docker instead of --packaged.",
+        )

@@ -24,9 +24,11 @@ from triton_backend_gen.scaffold.answers import chosen_answers
 from triton_backend_gen.scaffold.record import Recipe, Record
 from triton_backend_gen.scaffold.update import CONFLICT, Change, Labels, apply_update, plan_update
 
-RECONSTRUCTED_NOTE = ("this project has no generation record (.tbgen/generated.tar.gz: made before tbgen kept one), "
-                      "so its base was rendered from tbgen.toml's answers with today's templates: where they differ "
-                      "from the ones that made it, tbgen's changes count as yours")
+RECONSTRUCTED_NOTE = (
+    "this project has no generation record (.tbgen/generated.tar.gz: made before tbgen kept one), "
+    "so its base was rendered from tbgen.toml's answers with today's templates: where they differ "
+    "from the ones that made it, tbgen's changes count as yours"
+)
 
 
 @dataclass(frozen=True)
@@ -50,26 +52,42 @@ class UpdatePlan:
         return [c for c in self.changes if c.action == CONFLICT]
 
 
-def plan_project_update(project: Project, *, triton_version: str | None = None,
-                        settings: Mapping[str, str] | None = None, template_version: str | None = None) -> UpdatePlan:
+def plan_project_update(
+    project: Project,
+    *,
+    triton_version: str | None = None,
+    settings: Mapping[str, str] | None = None,
+    template_version: str | None = None,
+) -> UpdatePlan:
     """What `tbgen update` would do: to ``triton_version`` (default: the newest release), with ``settings``
     (--set) over the recorded answers, with the template version tbgen ships (``template_version`` must name it)."""
     settings = dict(settings or {})
     if "project_name" in settings:
-        raise UsageError("project_name is the project directory's name and cannot be updated.",
-                         "Rename the directory instead; drop --set project_name.")
+        raise UsageError(
+            "project_name is the project directory's name and cannot be updated.",
+            "Rename the directory instead; drop --set project_name.",
+        )
     shipped = get_template(project.template).version
     if template_version is not None and template_version != shipped:
-        raise UsageError(f"This tbgen ships {project.template} {shipped} only, not {template_version}.",
-                         f"Drop --template-version (or give {shipped}); another template version comes with the tbgen "
-                         "release that ships it.")
+        raise UsageError(
+            f"This tbgen ships {project.template} {shipped} only, not {template_version}.",
+            f"Drop --template-version (or give {shipped}); another template version comes with the tbgen "
+            "release that ships it.",
+        )
     release = versions.resolve(triton_version) if triton_version else versions.newest()
     base, reconstructed = base_record(project)
-    recipe = replace(base.recipe, given={**base.recipe.given, **settings, "triton_version": release.container})
+    recipe = replace(
+        base.recipe, given={**base.recipe.given, **settings, "triton_version": release.container}
+    )
     new = _render(recipe, base.carried)
-    labels = Labels("yours", f"generated (r{base.recipe.triton_version}, template {base.recipe.template_version})",
-                    f"tbgen update (r{release.container}, template {new.recipe.template_version})")
-    return UpdatePlan(project, base, new, plan_update(project.root, base.files, new.files, labels), reconstructed)
+    labels = Labels(
+        "yours",
+        f"generated (r{base.recipe.triton_version}, template {base.recipe.template_version})",
+        f"tbgen update (r{release.container}, template {new.recipe.template_version})",
+    )
+    return UpdatePlan(
+        project, base, new, plan_update(project.root, base.files, new.files, labels), reconstructed
+    )
 
 
 def base_record(project: Project) -> tuple[Record, bool]:
@@ -78,16 +96,21 @@ def base_record(project: Project) -> tuple[Record, bool]:
     if record is not None:
         return record, False
     if len(project.models) > 1 or any(m.pattern for m in project.models):
-        raise UsageError(f"{project.name} has no generation record (it was made before tbgen kept one) and "
-                         "composes several models, which tbgen.toml's answers alone do not reproduce.",
-                         "Generate a project with today's tbgen and the same options, and carry your edits over "
-                         "by hand (or with git); later updates then work by themselves.")
+        raise UsageError(
+            f"{project.name} has no generation record (it was made before tbgen kept one) and "
+            "composes several models, which tbgen.toml's answers alone do not reproduce.",
+            "Generate a project with today's tbgen and the same options, and carry your edits over "
+            "by hand (or with git); later updates then work by themselves.",
+        )
     given = {**read_answers_file(project.project_file), "project_name": project.name}
     given.pop("template", None)
     chosen = chosen_answers(get_template(project.template), given)
-    recipe = Recipe(project.template, project.template_version,
-                    {**chosen, "project_name": project.name, "triton_version": project.release.container},
-                    releases=(project.release.container,))
+    recipe = Recipe(
+        project.template,
+        project.template_version,
+        {**chosen, "project_name": project.name, "triton_version": project.release.container},
+        releases=(project.release.container,),
+    )
     return _render(recipe, {}), True
 
 
@@ -102,18 +125,28 @@ def check_clean(root: Path) -> None:
     git = shutil.which("git")
     if git is None:
         return
-    inside = subprocess.run([git, "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True,
-                            text=True, check=False)
+    inside = subprocess.run(
+        [git, "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if inside.returncode != 0 or inside.stdout.strip() != "true":
         return
-    status = subprocess.run([git, "-C", str(root), "status", "--porcelain", "--", "."], capture_output=True,
-                            text=True, check=False)
+    status = subprocess.run(
+        [git, "-C", str(root), "status", "--porcelain", "--", "."],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     dirty = [line[3:] for line in status.stdout.splitlines() if line.strip()]
     if dirty:
         listed = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        raise UsageError(f"{root} has uncommitted changes in git: {listed}.",
-                         "Commit or stash them first, so that the update can be reviewed with `git diff` and undone "
-                         "with git; or pass --force.")
+        raise UsageError(
+            f"{root} has uncommitted changes in git: {listed}.",
+            "Commit or stash them first, so that the update can be reviewed with `git diff` and undone "
+            "with git; or pass --force.",
+        )
 
 
 def update_project(plan: UpdatePlan) -> None:
@@ -127,7 +160,9 @@ class Drift:
     edited: list[str]  # generated files the user changed
     deleted: list[str]  # generated files the user deleted
     template: tuple[str, str]  # (the version the project was generated with, the version tbgen ships)
-    template_changed: list[str]  # files tbgen's templates now render otherwise for the same answers and release
+    template_changed: list[
+        str
+    ]  # files tbgen's templates now render otherwise for the same answers and release
     release: versions.Release
     newest: versions.Release
     reconstructed: bool
@@ -156,8 +191,14 @@ def drift(project: Project) -> Drift:
         elif current.read_bytes() != file.data:
             edited.append(path)
     again = base if reconstructed else _render(base.recipe, base.carried)  # a reconstructed base is today's
-    changed = sorted(p for p in set(base.files) | set(again.files)
-                     if base.files.get(p) != again.files.get(p))
+    changed = sorted(p for p in set(base.files) | set(again.files) if base.files.get(p) != again.files.get(p))
     shipped = get_template(project.template).version
-    return Drift(sorted(edited), sorted(deleted), (base.recipe.template_version, shipped), changed,
-                 project.release, versions.newest(), reconstructed)
+    return Drift(
+        sorted(edited),
+        sorted(deleted),
+        (base.recipe.template_version, shipped),
+        changed,
+        project.release,
+        versions.newest(),
+        reconstructed,
+    )

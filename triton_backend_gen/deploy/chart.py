@@ -27,8 +27,15 @@ yaml = lazy_module("yaml")
 
 STATIC = (".helmignore", "values.schema.json")
 RENDERED = ("Chart.yaml", "values.yaml")
-TEMPLATES = ("_helpers.tpl", "deployment.yaml", "service.yaml", "pdb.yaml", "hpa.yaml", "servicemonitor.yaml",
-             "NOTES.txt")
+TEMPLATES = (
+    "_helpers.tpl",
+    "deployment.yaml",
+    "service.yaml",
+    "pdb.yaml",
+    "hpa.yaml",
+    "servicemonitor.yaml",
+    "NOTES.txt",
+)
 SOURCE_PREFIX = "# Source: "
 HELM_MANAGED, TBGEN_MANAGED = "app.kubernetes.io/managed-by: Helm", "app.kubernetes.io/managed-by: tbgen"
 
@@ -59,11 +66,17 @@ def _environment() -> jinja2.Environment:
 def chart_texts(project: Project, chart: ChartValues) -> dict[str, str]:
     """Every file of the chart, by its path in the chart."""
     env = _environment()
-    context = {"name": chart_name(project), "release": project.release.container,
-               "server_version": project.release.server_version, "v": chart.values,
-               "description": f"Triton Inference Server with the {project.backend} backend of {project.name}",
-               **{f"{key}_note": text for key, text in chart.notes.items()}}
-    texts = {name: env.from_string((CHART_FILES / f"{name}.j2").read_text()).render(context) for name in RENDERED}
+    context = {
+        "name": chart_name(project),
+        "release": project.release.container,
+        "server_version": project.release.server_version,
+        "v": chart.values,
+        "description": f"Triton Inference Server with the {project.backend} backend of {project.name}",
+        **{f"{key}_note": text for key, text in chart.notes.items()},
+    }
+    texts = {
+        name: env.from_string((CHART_FILES / f"{name}.j2").read_text()).render(context) for name in RENDERED
+    }
     texts.update({name: (CHART_FILES / name).read_text() for name in STATIC})
     texts.update({f"templates/{name}": (CHART_FILES / "templates" / name).read_text() for name in TEMPLATES})
     return texts
@@ -73,8 +86,10 @@ def _prepare(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} is a file.", "Pass --out DIR for a directory.")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out} holds files already (values.yaml may hold your edits).",
-                         "Pass --force to write over tbgen's files there, or --out DIR for another directory.")
+        raise UsageError(
+            f"{out} holds files already (values.yaml may hold your edits).",
+            "Pass --force to write over tbgen's files there, or --out DIR for another directory.",
+        )
 
 
 def write_chart(project: Project, chart: ChartValues, out: Path, *, force: bool = False) -> Written:
@@ -89,8 +104,14 @@ def write_chart(project: Project, chart: ChartValues, out: Path, *, force: bool 
     return Written(out, tuple(written))
 
 
-def template_chart(chart_dir: Path, *, release: str, settings: list[str] = (), kube_version: str | None = None,
-                   helm: Path | None = None) -> str:
+def template_chart(
+    chart_dir: Path,
+    *,
+    release: str,
+    settings: list[str] = (),
+    kube_version: str | None = None,
+    helm: Path | None = None,
+) -> str:
     """``helm template`` of ``chart_dir`` (its values.yaml, then ``settings`` as --set items): the rendered YAML.
     A value the schema or a template's ``fail`` refuses is a UsageError with Helm's words."""
     helm = helm or find_helm()
@@ -103,7 +124,9 @@ def template_chart(chart_dir: Path, *, release: str, settings: list[str] = (), k
     if result.returncode != 0:
         text = helm_message(result)
         if "schema" in text or "execution error" in text:
-            raise UsageError(f"The chart refuses its values: {text}", "values.yaml says what each value means.")
+            raise UsageError(
+                f"The chart refuses its values: {text}", "values.yaml says what each value means."
+            )
         raise DeployError(f"helm template {chart_dir} failed: {text}", f"helm: {helm}")
     return result.stdout
 
@@ -131,8 +154,10 @@ def write_manifests(project: Project, chart: ChartValues, out: Path, *, force: b
     written = []
     for source, body in split_documents(rendered):
         kind = str(yaml.safe_load(body)["kind"]).lower()
-        header = (f"# {kind} of {project.name}: rendered by `tbgen deploy manifests` from tbgen's chart "
-                  f"({source.split('/', 1)[-1]}).\n# Apply with: kubectl apply -f {out.name}/\n")
+        header = (
+            f"# {kind} of {project.name}: rendered by `tbgen deploy manifests` from tbgen's chart "
+            f"({source.split('/', 1)[-1]}).\n# Apply with: kubectl apply -f {out.name}/\n"
+        )
         path = out / f"{kind}.yaml"
         path.write_text(header + body.replace(HELM_MANAGED, TBGEN_MANAGED))
         written.append(path)

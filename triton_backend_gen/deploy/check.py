@@ -33,10 +33,17 @@ RELEASE = "tbgen-check"
 # Value sets a chart is rendered with besides its own values: every optional object appears in one of them.
 VARIANTS: dict[str, list[str]] = {
     "its values": [],
-    "autoscaling on CPU, ServiceMonitor": ["autoscaling.enabled=true", "autoscaling.metric=cpu",
-                                           "metrics.serviceMonitor.enabled=true"],
-    "autoscaling on queue time": ["autoscaling.enabled=true", "autoscaling.metric=queue_time",
-                                  "autoscaling.target=50000", "podDisruptionBudget.enabled=false"],
+    "autoscaling on CPU, ServiceMonitor": [
+        "autoscaling.enabled=true",
+        "autoscaling.metric=cpu",
+        "metrics.serviceMonitor.enabled=true",
+    ],
+    "autoscaling on queue time": [
+        "autoscaling.enabled=true",
+        "autoscaling.metric=queue_time",
+        "autoscaling.target=50000",
+        "podDisruptionBudget.enabled=false",
+    ],
 }
 # Custom resources tbgen knows: (apiVersion, kind) -> the schema it ships.
 CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json"}
@@ -81,8 +88,14 @@ def object_findings(obj: dict[str, Any], subject: str, kube_versions: list[str])
             where = ".".join(str(p) for p in err.path) or "(the object)"
             found.append(_verdict(step, subject, False, f"{where}: {err.message}"))
         except kubernetes_validate.SchemaNotFoundError:
-            found.append(_verdict(step, subject, False, f"Kubernetes {version} serves no {kind} in {api} (a removed "
-                                  "or misspelt API)"))
+            found.append(
+                _verdict(
+                    step,
+                    subject,
+                    False,
+                    f"Kubernetes {version} serves no {kind} in {api} (a removed or misspelt API)",
+                )
+            )
         else:
             found.append(_verdict(step, subject, True))
     return found
@@ -91,10 +104,16 @@ def object_findings(obj: dict[str, Any], subject: str, kube_versions: list[str])
 def crd_finding(obj: dict[str, Any], subject: str, api: str, kind: str) -> Finding:
     schema_file = CRD_SCHEMAS.get((api, kind))
     if schema_file is None:
-        return Finding(NOTE, f"{kind} ({api}) is a custom resource tbgen has no schema for: skipped",
-                       check="schema", subject=subject)
+        return Finding(
+            NOTE,
+            f"{kind} ({api}) is a custom resource tbgen has no schema for: skipped",
+            check="schema",
+            subject=subject,
+        )
     schema = json.loads((SCHEMA_FILES / schema_file).read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(map(str, e.path)))
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(map(str, e.path))
+    )
     if errors:
         detail = "; ".join(f"{'.'.join(map(str, e.path)) or '(the object)'}: {e.message}" for e in errors)
         return _verdict(f"schema {kind}", subject, False, detail)
@@ -105,11 +124,20 @@ def lint_findings(text: str, subject: str) -> list[Finding]:
     problems = lint_yaml(text)
     if not problems:
         return [_verdict("yamllint", subject, True)]
-    return [Finding(ERROR if p.level == "error" else WARNING, f"line {p.line}: {p.desc} ({p.rule})", check="yamllint",
-                    subject=subject) for p in problems]
+    return [
+        Finding(
+            ERROR if p.level == "error" else WARNING,
+            f"line {p.line}: {p.desc} ({p.rule})",
+            check="yamllint",
+            subject=subject,
+        )
+        for p in problems
+    ]
 
 
-def documents_findings(documents: list[tuple[str, str]], label: str, kube_versions: list[str]) -> list[Finding]:
+def documents_findings(
+    documents: list[tuple[str, str]], label: str, kube_versions: list[str]
+) -> list[Finding]:
     found = []
     for source, body in documents:
         obj = yaml.safe_load(body)
@@ -125,14 +153,21 @@ def documents_findings(documents: list[tuple[str, str]], label: str, kube_versio
 def check_chart(directory: Path, kube_versions: list[str], report: CheckReport) -> None:
     helm = find_helm()
     lint = run_helm(helm, ["lint", "--strict", str(directory)], check=False)
-    report.findings.append(_verdict("helm lint", str(directory), lint.returncode == 0,
-                                    "" if lint.returncode == 0 else helm_message(lint)))
+    report.findings.append(
+        _verdict(
+            "helm lint",
+            str(directory),
+            lint.returncode == 0,
+            "" if lint.returncode == 0 else helm_message(lint),
+        )
+    )
     for name in ("Chart.yaml", "values.yaml"):
         report.findings += lint_findings((directory / name).read_text(), name)
     for label, settings in VARIANTS.items():
         try:
-            rendered = template_chart(directory, release=RELEASE, settings=settings, kube_version=kube_versions[-1],
-                                      helm=helm)
+            rendered = template_chart(
+                directory, release=RELEASE, settings=settings, kube_version=kube_versions[-1], helm=helm
+            )
         except (UsageError, DeployError) as err:
             report.findings.append(_verdict("helm template", label, False, err.message))
             continue
@@ -146,8 +181,10 @@ def check_chart(directory: Path, kube_versions: list[str], report: CheckReport) 
 def check_manifests(directory: Path, kube_versions: list[str], report: CheckReport) -> None:
     files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     if not files:
-        raise UsageError(f"{directory} holds no chart (Chart.yaml) and no manifests (*.yaml).",
-                         "Render one first: `tbgen deploy helm`, or `tbgen deploy manifests`.")
+        raise UsageError(
+            f"{directory} holds no chart (Chart.yaml) and no manifests (*.yaml).",
+            "Render one first: `tbgen deploy helm`, or `tbgen deploy manifests`.",
+        )
     for path in files:
         text = path.read_text()
         report.findings += lint_findings(text, path.name)
@@ -172,15 +209,22 @@ def check_deployment(directory: Path, kube_versions: list[str] | None = None) ->
     require_extra(kubernetes_validate, "kubernetes-validate")
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory.", "Pass the chart's or the manifests' directory.")
-    versions = sorted({parse_kube_version(v) for v in kube_versions or default_kube_versions()},
-                      key=version_tuple)
+    versions = sorted(
+        {parse_kube_version(v) for v in kube_versions or default_kube_versions()}, key=version_tuple
+    )
     newest = _newest_bundled()
     too_new = [v for v in versions if version_tuple(v) > version_tuple(newest)]
     if too_new:
-        raise UsageError(f"kubernetes-validate {kubernetes_validate.__version__} has schemas up to {newest}, not "
-                         f"{', '.join(too_new)}.", "pip install -U kubernetes-validate, or ask for an older version.")
+        raise UsageError(
+            f"kubernetes-validate {kubernetes_validate.__version__} has schemas up to {newest}, not "
+            f"{', '.join(too_new)}.",
+            "pip install -U kubernetes-validate, or ask for an older version.",
+        )
     is_chart = (directory / "Chart.yaml").is_file()
-    report = CheckReport(f"{'chart' if is_chart else 'manifests'} {directory}",
-                         against=f"Kubernetes {' and '.join(versions)}", counts={"objects": 0})
+    report = CheckReport(
+        f"{'chart' if is_chart else 'manifests'} {directory}",
+        against=f"Kubernetes {' and '.join(versions)}",
+        counts={"objects": 0},
+    )
     (check_chart if is_chart else check_manifests)(directory, versions, report)
     return report

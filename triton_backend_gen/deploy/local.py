@@ -47,8 +47,13 @@ RELEASE = "tbgen-local"
 PORT_NAMES = ("http", "grpc", "metrics")
 ADDRESS_FLAGS = ("--http-address", "--grpc-address", "--metrics-address")
 # The kubelet's defaults for a probe's fields.
-PROBE_DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1,
-                  "failureThreshold": 3}
+PROBE_DEFAULTS = {
+    "initialDelaySeconds": 0,
+    "periodSeconds": 10,
+    "timeoutSeconds": 1,
+    "successThreshold": 1,
+    "failureThreshold": 3,
+}
 READY_WAIT_S = 120  # how long readiness may take after the startup probe passed
 
 
@@ -65,8 +70,10 @@ class Probe:
     failure: int
 
     def describe(self) -> str:
-        return (f"GET {self.path} every {self.period} s (timeout {self.timeout} s, {self.failure} failures in a "
-                f"row{'' if self.success == 1 else f', {self.success} successes'})")
+        return (
+            f"GET {self.path} every {self.period} s (timeout {self.timeout} s, {self.failure} failures in a "
+            f"row{'' if self.success == 1 else f', {self.success} successes'})"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,11 +99,16 @@ class PodContainer:
 
 def deployment_of(rendered: str) -> dict[str, Any]:
     """The one Deployment of rendered YAML."""
-    deployments = [obj for _, body in split_documents(rendered)
-                   if isinstance(obj := yaml.safe_load(body), dict) and obj.get("kind") == "Deployment"]
+    deployments = [
+        obj
+        for _, body in split_documents(rendered)
+        if isinstance(obj := yaml.safe_load(body), dict) and obj.get("kind") == "Deployment"
+    ]
     if len(deployments) != 1:
-        raise DeployError(f"The chart renders {len(deployments)} Deployments; `tbgen deploy local` runs one.",
-                          "Render it with `tbgen deploy helm`.")
+        raise DeployError(
+            f"The chart renders {len(deployments)} Deployments; `tbgen deploy local` runs one.",
+            "Render it with `tbgen deploy helm`.",
+        )
     return deployments[0]
 
 
@@ -105,31 +117,46 @@ def probe_of(kind: str, spec: dict[str, Any] | None, ports: dict[str, int]) -> P
         return None
     get = spec.get("httpGet")
     if get is None:
-        raise DeployError(f"The {kind} probe is not an httpGet probe; `tbgen deploy local` runs httpGet probes.",
-                          "Use the chart's probes (`tbgen deploy helm`).")
+        raise DeployError(
+            f"The {kind} probe is not an httpGet probe; `tbgen deploy local` runs httpGet probes.",
+            "Use the chart's probes (`tbgen deploy helm`).",
+        )
     port = get.get("port")
     number = ports.get(port) if isinstance(port, str) and not port.isdigit() else int(port)
     if number is None:
-        raise DeployError(f"The {kind} probe asks for port {port!r}, which the container does not name.",
-                          f"Its ports: {', '.join(ports)}.")
+        raise DeployError(
+            f"The {kind} probe asks for port {port!r}, which the container does not name.",
+            f"Its ports: {', '.join(ports)}.",
+        )
     fields = {**PROBE_DEFAULTS, **spec}
-    return Probe(kind, str(get.get("path", "/")), number, int(fields["initialDelaySeconds"]),
-                 int(fields["periodSeconds"]), int(fields["timeoutSeconds"]), int(fields["successThreshold"]),
-                 int(fields["failureThreshold"]))
+    return Probe(
+        kind,
+        str(get.get("path", "/")),
+        number,
+        int(fields["initialDelaySeconds"]),
+        int(fields["periodSeconds"]),
+        int(fields["timeoutSeconds"]),
+        int(fields["successThreshold"]),
+        int(fields["failureThreshold"]),
+    )
 
 
 def pod_container(deployment: dict[str, Any]) -> PodContainer:
     """What Docker needs of the Deployment's first container (see the module)."""
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    ports = {p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in container.get("ports", [])}
+    ports = {
+        p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in container.get("ports", [])
+    }
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     shm, tmpfs = None, []
     for mount in container.get("volumeMounts", []):
         empty = volumes.get(mount["name"], {}).get("emptyDir")
         if empty is None:
-            raise DeployError(f"The container mounts {mount['name']}, which is not an emptyDir volume.",
-                              "`tbgen deploy local` runs the chart's own volumes (emptyDir) only.")
+            raise DeployError(
+                f"The container mounts {mount['name']}, which is not an emptyDir volume.",
+                "`tbgen deploy local` runs the chart's own volumes (emptyDir) only.",
+            )
         if mount["mountPath"] == "/dev/shm":
             shm = int(quantity(empty.get("sizeLimit", "64Mi")))
         else:
@@ -142,12 +169,19 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
     env = {}
     for item in container.get("env", []):
         if "value" not in item:
-            raise DeployError(f"env {item['name']} takes its value from elsewhere (valueFrom).",
-                              "`tbgen deploy local` passes literal values only.")
+            raise DeployError(
+                f"env {item['name']} takes its value from elsewhere (valueFrom).",
+                "`tbgen deploy local` passes literal values only.",
+            )
         env[item["name"]] = str(item["value"])
     return PodContainer(
-        image=container["image"], command=tuple(container.get("command", ())), args=tuple(container.get("args", ())),
-        env=env, ports=ports, shm_bytes=shm, tmpfs=tuple(tmpfs),
+        image=container["image"],
+        command=tuple(container.get("command", ())),
+        args=tuple(container.get("args", ())),
+        env=env,
+        ports=ports,
+        shm_bytes=shm,
+        tmpfs=tuple(tmpfs),
         user=None if user is None else f"{user}:{group}" if group is not None else str(user),
         read_only=bool(security.get("readOnlyRootFilesystem", False)),
         drop_all="ALL" in ((security.get("capabilities") or {}).get("drop") or ()),
@@ -155,9 +189,15 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
         memory_limit=int(quantity(limits["memory"])) if "memory" in limits else None,
         nano_cpus=int(quantity(limits["cpu"]) * 1e9) if "cpu" in limits else None,
         gpus=int(limits.get("nvidia.com/gpu", 0)),
-        probes={kind: probe for kind, key in (("startup", "startupProbe"), ("readiness", "readinessProbe"),
-                                              ("liveness", "livenessProbe"))
-                if (probe := probe_of(kind, container.get(key), ports)) is not None},
+        probes={
+            kind: probe
+            for kind, key in (
+                ("startup", "startupProbe"),
+                ("readiness", "readinessProbe"),
+                ("liveness", "livenessProbe"),
+            )
+            if (probe := probe_of(kind, container.get(key), ports)) is not None
+        },
     )
 
 
@@ -165,17 +205,29 @@ def docker_spec(pod: PodContainer, container_labels: dict[str, str], host: str =
     """Keyword arguments of ``client.containers.create`` running ``pod`` with host networking on ``host``."""
     args = [*pod.args, *(f"{flag}={host}" for flag in ADDRESS_FLAGS)]
     spec: dict[str, Any] = {
-        "image": pod.image, "command": args, "environment": dict(pod.env), "network_mode": "host",
-        "read_only": pod.read_only, "tmpfs": {path: "" for path in pod.tmpfs}, "labels": container_labels,
+        "image": pod.image,
+        "command": args,
+        "environment": dict(pod.env),
+        "network_mode": "host",
+        "read_only": pod.read_only,
+        "tmpfs": {path: "" for path in pod.tmpfs},
+        "labels": container_labels,
         "detach": True,
     }
     if pod.command:
         spec["entrypoint"] = list(pod.command)
-    optional = {"shm_size": pod.shm_bytes, "user": pod.user, "mem_limit": pod.memory_limit, "nano_cpus": pod.nano_cpus,
-                "cap_drop": ["ALL"] if pod.drop_all else None,
-                "security_opt": ["no-new-privileges"] if pod.no_new_privileges else None,
-                # the chart's nvidia.com/gpu limit: that many GPUs, as the device plugin would give the pod
-                "device_requests": [docker_types.DeviceRequest(count=pod.gpus, capabilities=[["gpu"]])] if pod.gpus else None}
+    optional = {
+        "shm_size": pod.shm_bytes,
+        "user": pod.user,
+        "mem_limit": pod.memory_limit,
+        "nano_cpus": pod.nano_cpus,
+        "cap_drop": ["ALL"] if pod.drop_all else None,
+        "security_opt": ["no-new-privileges"] if pod.no_new_privileges else None,
+        # the chart's nvidia.com/gpu limit: that many GPUs, as the device plugin would give the pod
+        "device_requests": [docker_types.DeviceRequest(count=pod.gpus, capabilities=[["gpu"]])]
+        if pod.gpus
+        else None,
+    }
     spec.update({key: value for key, value in optional.items() if value is not None})
     return spec
 
@@ -183,7 +235,9 @@ def docker_spec(pod: PodContainer, container_labels: dict[str, str], host: str =
 # --- the probes --------------------------------------------------------------------------------------------
 def http_probe(host: str, probe: Probe) -> tuple[bool, str]:
     """One attempt of an httpGet probe: (success, what happened), as the kubelet judges it."""
-    request = urllib.request.Request(f"http://{host}:{probe.port}{probe.path}", headers={"User-Agent": "kube-probe"})
+    request = urllib.request.Request(
+        f"http://{host}:{probe.port}{probe.path}", headers={"User-Agent": "kube-probe"}
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=probe.timeout) as response:
@@ -231,8 +285,14 @@ class ProbeRecord:
 class ProbeMonitor:
     """The chart's probes against a started container, on the kubelet's schedule (see the module)."""
 
-    def __init__(self, probes: dict[str, Probe], alive: Callable[[], bool], *, host: str = LOOPBACK,
-                 attempt: Callable[[str, Probe], tuple[bool, str]] = http_probe) -> None:
+    def __init__(
+        self,
+        probes: dict[str, Probe],
+        alive: Callable[[], bool],
+        *,
+        host: str = LOOPBACK,
+        attempt: Callable[[str, Probe], tuple[bool, str]] = http_probe,
+    ) -> None:
         self.records = {kind: ProbeRecord(probe) for kind, probe in probes.items()}
         self.alive, self.host, self.attempt = alive, host, attempt
         self.started_at = time.monotonic()
@@ -270,7 +330,8 @@ class ProbeMonitor:
                     f"The startup probe failed {_times(record.in_a_row)} in a row ({probe.describe()}; last: "
                     f"{record.last}): the kubelet would restart the container.",
                     f"The chart allows {probe.failure * probe.period} s for the models to load; measure the load "
-                    "time with `tbgen test` and render the chart again, or raise probes.startup.failureThreshold.")
+                    "time with `tbgen test` and render the chart again, or raise probes.startup.failureThreshold.",
+                )
             due += probe.period
 
     def run_in_background(self) -> None:
@@ -280,8 +341,11 @@ class ProbeMonitor:
 
     def _loop(self) -> None:
         now = time.monotonic()
-        due = {kind: max(now, self.started_at + r.probe.initial_delay) for kind, r in self.records.items()
-               if kind != "startup"}
+        due = {
+            kind: max(now, self.started_at + r.probe.initial_delay)
+            for kind, r in self.records.items()
+            if kind != "startup"
+        }
         while due and not self._halt.is_set():
             kind = min(due, key=due.get)
             if self._halt.wait(max(0.0, due[kind] - time.monotonic())):
@@ -296,13 +360,19 @@ class ProbeMonitor:
         readiness, liveness = self.records.get("readiness"), self.records.get("liveness")
         while readiness is not None and readiness.ready_at is None:
             if liveness is not None and liveness.tripped:
-                raise DeployError(f"The liveness probe failed {_times(liveness.in_a_row)} in a row before the pod was "
-                                  f"ready (last: {liveness.last}): the kubelet would restart the container.", "")
+                raise DeployError(
+                    f"The liveness probe failed {_times(liveness.in_a_row)} in a row before the pod was "
+                    f"ready (last: {liveness.last}): the kubelet would restart the container.",
+                    "",
+                )
             if not self.alive():
                 raise DeployError("The container exited before its readiness probe passed.", "")
             if time.monotonic() > deadline:
-                raise DeployError(f"The readiness probe did not pass within {timeout:g} s after the startup probe "
-                                  f"(last: {readiness.last}).", "")
+                raise DeployError(
+                    f"The readiness probe did not pass within {timeout:g} s after the startup probe "
+                    f"(last: {readiness.last}).",
+                    "",
+                )
             time.sleep(0.1)
         return (readiness.ready_at if readiness is not None else time.monotonic()) - self.started_at
 
@@ -317,16 +387,27 @@ class ProbeMonitor:
         found = []
         for kind, record in self.records.items():
             probe = record.probe
-            counts = f"{record.attempts} probe{'s' if record.attempts != 1 else ''}, {record.failures} failed; " \
-                     f"{probe.describe()}"
+            counts = (
+                f"{record.attempts} probe{'s' if record.attempts != 1 else ''}, {record.failures} failed; "
+                f"{probe.describe()}"
+            )
             if kind == "startup":
                 passed = record.ready_at is not None
-                detail = (f"passed {record.ready_at - self.started_at:.1f} s after the start (allowed: "
-                          f"{probe.failure * probe.period} s); {counts}" if passed else f"never passed; {counts}")
+                detail = (
+                    f"passed {record.ready_at - self.started_at:.1f} s after the start (allowed: "
+                    f"{probe.failure * probe.period} s); {counts}"
+                    if passed
+                    else f"never passed; {counts}"
+                )
             elif kind == "readiness":
                 passed = self.ever_ready and not record.unready
-                detail = (f"went unready {record.unready} time(s); " if record.unready else
-                          "ready throughout the tests; " if passed else "never ready; ") + counts
+                detail = (
+                    f"went unready {record.unready} time(s); "
+                    if record.unready
+                    else "ready throughout the tests; "
+                    if passed
+                    else "never ready; "
+                ) + counts
             else:
                 passed = not record.tripped
                 detail = ("tripped: the kubelet would have restarted it; " if record.tripped else "") + counts
@@ -346,8 +427,13 @@ class PodServer(ContainerServer):
     """The chart's pod spec in a container: the runtime's launcher interface, started when its probes say so."""
 
     def __init__(self, pod: PodContainer, project: Project, log_file: Path) -> None:
-        super().__init__(pod.image, ServerOptions(model_repository=project.model_repository, log_file=log_file),
-                         [], project.root, gpu=pod.gpus > 0)
+        super().__init__(
+            pod.image,
+            ServerOptions(model_repository=project.model_repository, log_file=log_file),
+            [],
+            project.root,
+            gpu=pod.gpus > 0,
+        )
         self.pod = pod
         self.ports = Ports(**{name: pod.ports[name] for name in PORT_NAMES})
         self.monitor: ProbeMonitor | None = None
@@ -361,14 +447,18 @@ class PodServer(ContainerServer):
         try:
             super().start()
         except docker_errors.APIError as err:  # the container is gone (start() removed it)
-            raise self._explained(f"Docker refused the pod's container: {err.explanation or err}",
-                                  "Its settings come from the chart's Deployment.") from err
+            raise self._explained(
+                f"Docker refused the pod's container: {err.explanation or err}",
+                "Its settings come from the chart's Deployment.",
+            ) from err
         except DeployError as err:  # a probe failed
             raise self._explained(err.message, err.hint) from err
 
     def _explained(self, message: str, hint: str) -> DeployError:
         """``message`` with ``hint``, the log lines that explain it and where the whole log is."""
-        return DeployError(message, "\n".join([hint, *self.relevant_log_lines(), f"Full log: {self.log_file}"]).strip())
+        return DeployError(
+            message, "\n".join([hint, *self.relevant_log_lines(), f"Full log: {self.log_file}"]).strip()
+        )
 
     def _container_spec(self) -> dict[str, Any]:
         return docker_spec(self.pod, labels(ROLE_SERVER, self.labelled))
@@ -404,11 +494,15 @@ def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
     """The pod of the chart's rendered Deployment (a chart: helm template; manifests: the files), with free ports
     on 127.0.0.1 when the chart's are taken (a chart only), and notes saying what changed."""
     if not (chart / "Chart.yaml").is_file():
-        pod = pod_container(deployment_of("\n---\n".join(path.read_text() for path in sorted(chart.glob("*.yaml")))))
+        pod = pod_container(
+            deployment_of("\n---\n".join(path.read_text() for path in sorted(chart.glob("*.yaml"))))
+        )
         busy = [f"{name} {port}" for name, port in pod.ports.items() if not port_is_free(LOOPBACK, port)]
         if busy:
-            raise DeployError(f"Ports of the manifests are taken on {LOOPBACK}: {', '.join(busy)}.",
-                              "Free them, or run the chart (`tbgen deploy helm`), whose ports tbgen can move.")
+            raise DeployError(
+                f"Ports of the manifests are taken on {LOOPBACK}: {', '.join(busy)}.",
+                "Free them, or run the chart (`tbgen deploy helm`), whose ports tbgen can move.",
+            )
         return pod, []
     pod = pod_container(deployment_of(template_chart(chart, release=RELEASE)))
     if all(port_is_free(LOOPBACK, pod.ports[name]) for name in PORT_NAMES if name in pod.ports):
@@ -421,7 +515,8 @@ def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
     rendered = template_chart(chart, release=RELEASE, settings=[f"ports.{k}={v}" for k, v in chosen.items()])
     return pod_container(deployment_of(rendered)), [
         f"the chart's ports are taken on {LOOPBACK}: ran with ports.http={chosen['http']}, "
-        f"ports.grpc={chosen['grpc']}, ports.metrics={chosen['metrics']}"]
+        f"ports.grpc={chosen['grpc']}, ports.metrics={chosen['metrics']}"
+    ]
 
 
 def fit_to_engine(pod: PodContainer, cpus: int) -> tuple[PodContainer, list[str]]:
@@ -430,7 +525,8 @@ def fit_to_engine(pod: PodContainer, cpus: int) -> tuple[PodContainer, list[str]
     if pod.nano_cpus is None or not cpus or pod.nano_cpus <= cpus * 10**9:
         return pod, []
     return dataclasses.replace(pod, nano_cpus=cpus * 10**9), [
-        f"the CPU limit ({pod.nano_cpus / 1e9:g}) is above this engine's {cpus} CPUs: ran with {cpus}"]
+        f"the CPU limit ({pod.nano_cpus / 1e9:g}) is above this engine's {cpus} CPUs: ran with {cpus}"
+    ]
 
 
 def check_gpus(pod: PodContainer, engine: dict[str, Any]) -> None:
@@ -443,4 +539,5 @@ def check_gpus(pod: PodContainer, engine: dict[str, Any]) -> None:
             f"The chart asks each pod for {pod.gpus} nvidia.com/gpu (a model has KIND_GPU instances), and this Docker "
             "engine has no NVIDIA runtime.",
             "Run `tbgen deploy local` where the NVIDIA Container Toolkit is installed; `tbgen deploy check` validates "
-            "the chart without one.")
+            "the chart without one.",
+        )

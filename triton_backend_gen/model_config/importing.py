@@ -22,7 +22,14 @@ text_format = lazy_module("google.protobuf.text_format")
 model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
 # Carried over verbatim into the generated config.pbtxt.
-CARRIED = ("dynamic_batching", "instance_group", "parameters", "model_warmup", "response_cache", "version_policy")
+CARRIED = (
+    "dynamic_batching",
+    "instance_group",
+    "parameters",
+    "model_warmup",
+    "response_cache",
+    "version_policy",
+)
 # Left out, with the reason printed.
 DROPPED = {
     "sequence_batching": "sequence batching (the templates do not keep per-sequence state yet)",
@@ -59,8 +66,10 @@ class ImportedModel:
             said.append(f"name: {self.declared_name!r} became {name!r} (--model-name)")
         if self.declared_backend != f"backend {backend!r}":
             was = self.declared_backend or "no backend"
-            said.append(f"{was} became backend {backend!r}: the generated backend serves the model now (Triton "
-                        "loads a model with the backend its config names)")
+            said.append(
+                f"{was} became backend {backend!r}: the generated backend serves the model now (Triton "
+                "loads a model with the backend its config names)"
+            )
         return said
 
     def answers(self, template: str) -> dict[str, Any]:
@@ -96,35 +105,51 @@ def import_config(path: Path, template: str) -> ImportedModel:
     files, label_notes = _label_files(path.parent, imported.outputs)
     gpu = any(g.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU for g in config.instance_group)
     decoupled = config.model_transaction_policy.decoupled
-    return ImportedModel(name, path, imported, config.max_batch_size, decoupled, gpu, files,
-                         tuple(_left_out(config, imported, template) + label_notes), config.name,
-                         _declared_backend(config))
+    return ImportedModel(
+        name,
+        path,
+        imported,
+        config.max_batch_size,
+        decoupled,
+        gpu,
+        files,
+        tuple(_left_out(config, imported, template) + label_notes),
+        config.name,
+        _declared_backend(config),
+    )
 
 
 def _check_servable(config: Any, template: str, model: str) -> None:
     """UsageError when ``template`` cannot serve the model of ``config`` (``model`` names it): an ensemble, a
     decoupled model for another template than decoupled-backend, a batching one for decoupled-backend."""
     if config.platform == "ensemble" or config.HasField("ensemble_scheduling"):
-        raise UsageError(f"{model} is an ensemble; a backend serves one of its steps.",
-                         "Pass the config.pbtxt of the step your backend implements.")
+        raise UsageError(
+            f"{model} is an ensemble; a backend serves one of its steps.",
+            "Pass the config.pbtxt of the step your backend implements.",
+        )
     if config.model_transaction_policy.decoupled and template != "decoupled-backend":
         raise UsageError(f"{model} is decoupled.", "Use --template decoupled-backend.")
     if template == "decoupled-backend" and config.max_batch_size > 0:
-        raise UsageError(f"{model} batches (max_batch_size {config.max_batch_size}); the "
-                         "decoupled-backend template serves max_batch_size 0.",
-                         "Use --template cpp-backend or python-backend, or set max_batch_size: 0 in the "
-                         "config.")
+        raise UsageError(
+            f"{model} batches (max_batch_size {config.max_batch_size}); the "
+            "decoupled-backend template serves max_batch_size 0.",
+            "Use --template cpp-backend or python-backend, or set max_batch_size: 0 in the config.",
+        )
 
 
 def _left_out(config: Any, imported: signature.Signature, template: str) -> list[str]:
     """What the generated model leaves out of the imported one, or serves otherwise, and why."""
     notes = [f"left out {DROPPED[f.name]}" for f, _ in config.ListFields() if f.name in DROPPED]
     if "EXECUTION_ENV_PATH" in config.parameters:
-        notes.append("left out parameter EXECUTION_ENV_PATH (the packed Python environment is not beside the "
-                     "generated model; add it back once it is)")
+        notes.append(
+            "left out parameter EXECUTION_ENV_PATH (the packed Python environment is not beside the "
+            "generated model; add it back once it is)"
+        )
     if template != "cpp-backend" and any(t.reshape == () for t in imported.inputs):
-        notes.append("an input is reshaped to a scalar: the python backend of 24.10 crashes the server on an empty "
-                     "request to such an input (`tbgen test --fuzz 100` finds it); the cpp-backend template serves it")
+        notes.append(
+            "an input is reshaped to a scalar: the python backend of 24.10 crashes the server on an empty "
+            "request to such an input (`tbgen test --fuzz 100` finds it); the cpp-backend template serves it"
+        )
     return notes
 
 
@@ -164,7 +189,9 @@ def _carried_text(config: Any) -> str:
     return text_format.MessageToString(carried).strip()
 
 
-def _label_files(directory: Path, outputs: tuple[signature.Tensor, ...]) -> tuple[dict[str, bytes], list[str]]:
+def _label_files(
+    directory: Path, outputs: tuple[signature.Tensor, ...]
+) -> tuple[dict[str, bytes], list[str]]:
     """Each output's label file: copied when it lies beside the config, else a placeholder (one label a class)."""
     files: dict[str, bytes] = {}
     notes = []
@@ -179,6 +206,8 @@ def _label_files(directory: Path, outputs: tuple[signature.Tensor, ...]) -> tupl
         for dim in tensor.dims:
             classes *= dim if dim > 0 else 1
         files[tensor.label_filename] = "".join(f"class_{i}\n" for i in range(classes)).encode()
-        notes.append(f"{tensor.label_filename} was not beside the config: wrote a placeholder with {classes} "
-                     f"label{'s' if classes != 1 else ''} (class_0 ...); put the real labels there")
+        notes.append(
+            f"{tensor.label_filename} was not beside the config: wrote a placeholder with {classes} "
+            f"label{'s' if classes != 1 else ''} (class_0 ...); put the real labels there"
+        )
     return files, notes

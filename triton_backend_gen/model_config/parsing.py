@@ -40,7 +40,9 @@ def load_model_config(path: Path) -> ModelConfig:
     except text_format.ParseError as err:
         line, message = explain_parse_error(err)
         where = f"{path}:{line}" if line else str(path)
-        raise ConfigError(f"{where}: {message}", "Fix the file; `tbgen validate` lists every problem.") from err
+        raise ConfigError(
+            f"{where}: {message}", "Fix the file; `tbgen validate` lists every problem."
+        ) from err
 
 
 def read_text(path: Path) -> str:
@@ -79,7 +81,9 @@ def explain_parse_error(err: Exception) -> tuple[int | None, str]:
 
 def _explain_oneof(raw: str, message: str) -> str | None:
     """Two members of one oneof, above all two schedulers."""
-    oneof = re.search(r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof "(\w+)"', raw)
+    oneof = re.search(
+        r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof "(\w+)"', raw
+    )
     if not oneof:
         return None
     second, first = oneof.group(1), oneof.group(2)

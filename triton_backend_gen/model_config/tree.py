@@ -27,14 +27,18 @@ def find_configs(root: Path) -> list[Path]:
         dirnames[:] = [
             d
             for d in dirnames
-            if not d.startswith(".") and d not in _SKIPPED_DIRS and not (Path(dirpath, d, "CMakeCache.txt").exists())
+            if not d.startswith(".")
+            and d not in _SKIPPED_DIRS
+            and not (Path(dirpath, d, "CMakeCache.txt").exists())
         ]
         if CONFIG_FILE in filenames:
             found.append(Path(dirpath, CONFIG_FILE))
     return sorted(found)
 
 
-def validate_tree(root: Path, project: Project | None = None, *, gpus_visible: bool | None = None) -> list[Finding]:
+def validate_tree(
+    root: Path, project: Project | None = None, *, gpus_visible: bool | None = None
+) -> list[Finding]:
     """Findings for every config under ``root``; the models ``project`` lists (the project ``root`` is in, when
     there is one) are also checked against what it expects of them (backend, decoupled, GPU).
     ``gpus_visible=False`` warns about GPU instances, which a server on this machine would refuse."""
@@ -55,7 +59,10 @@ def _project_expectations(project: Project) -> dict[Path, Expectations]:
     # the stock python backend whatever tbgen.toml says.
     gpu = project.gpu if project.is_cpp else None
     return {
-        model.config_file.resolve(): Expectations(backend=model.backend or backend, decoupled=model.decoupled,
-                                                  gpu=gpu if model.backend is None else None)
+        model.config_file.resolve(): Expectations(
+            backend=model.backend or backend,
+            decoupled=model.decoupled,
+            gpu=gpu if model.backend is None else None,
+        )
         for model in project.models
     }

@@ -8,14 +8,23 @@ Modules: ``run`` (:func:`plan_bench` and :meth:`Bench.measure` against a running
 
 from triton_backend_gen.perf.run import Bench, plan_bench
 from triton_backend_gen.perf.stats import (
-           BenchReport,
-           Level,
-           Ratio,
-           compare,
-           parse_concurrency,
-           parse_duration,
-           percentiles,
+    BenchReport,
+    Level,
+    Ratio,
+    compare,
+    parse_concurrency,
+    parse_duration,
+    percentiles,
 )
 
-__all__ = ["Bench", "BenchReport", "Level", "Ratio", "compare", "parse_concurrency", "parse_duration", "percentiles",
-           "plan_bench"]
+__all__ = [
+    "Bench",
+    "BenchReport",
+    "Level",
+    "Ratio",
+    "compare",
+    "parse_concurrency",
+    "parse_duration",
+    "percentiles",
+    "plan_bench",
+]

@@ -26,8 +26,17 @@ class LoadResult:
     first_error: str = ""
 
 
-def run_load(url: str, model: str, inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], *,
-             concurrency: int, seconds: float, decoupled: bool, warmup_s: float = 0.5) -> LoadResult:
+def run_load(
+    url: str,
+    model: str,
+    inputs: Mapping[str, np.ndarray],
+    datatypes: Mapping[str, str],
+    *,
+    concurrency: int,
+    seconds: float,
+    decoupled: bool,
+    warmup_s: float = 0.5,
+) -> LoadResult:
     """Keep ``concurrency`` requests in flight against ``model`` for ``seconds`` (after a warm-up); each input
     is sent as its declared datatype (``datatypes``; else its dtype's)."""
     return asyncio.run(_run(url, model, inputs, datatypes, concurrency, seconds, decoupled, warmup_s))
@@ -50,8 +59,12 @@ async def _run(url, model, inputs, datatypes, concurrency, seconds, decoupled, w
         start_measuring = loop.time() + warmup_s
         stop = start_measuring + seconds
         worker = _stream_worker if decoupled else _unary_worker
-        await asyncio.gather(*(worker(client, model, request_inputs, start_measuring, stop, result)
-                               for _ in range(concurrency)))
+        await asyncio.gather(
+            *(
+                worker(client, model, request_inputs, start_measuring, stop, result)
+                for _ in range(concurrency)
+            )
+        )
         result.seconds = seconds
     finally:
         await client.close()
@@ -91,8 +104,13 @@ async def _stream_worker(client, model, request_inputs, start_measuring, stop, r
     try:
         while (now := loop.time()) < stop:
             began = time.perf_counter()
-            await queue.put({"model_name": model, "inputs": tensors,
-                             "parameters": {"triton_enable_empty_final_response": True}})
+            await queue.put(
+                {
+                    "model_name": model,
+                    "inputs": tensors,
+                    "parameters": {"triton_enable_empty_final_response": True},
+                }
+            )
             streamed = await _read_until_final(responses, result)
             if now >= start_measuring:
                 result.latencies_us.append((time.perf_counter() - began) * 1e6)

@@ -77,14 +77,36 @@ def input_data(inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], b
 UNSTABLE = "Failed to obtain stable measurement"
 
 
-def command(executable: Path, model: str, url: str, protocol: str, concurrency: int, *, data_file: Path,
-            csv_file: Path, batch_size: int, measurement_ms: int, streaming: bool,
-            stability_percentage: int = 100) -> list[str]:
+def command(
+    executable: Path,
+    model: str,
+    url: str,
+    protocol: str,
+    concurrency: int,
+    *,
+    data_file: Path,
+    csv_file: Path,
+    batch_size: int,
+    measurement_ms: int,
+    streaming: bool,
+    stability_percentage: int = 100,
+) -> list[str]:
     """One perf_analyzer run at one concurrency level (three windows that agree within ``stability_percentage``)."""
     args = [
-        str(executable), "-m", model, "-u", url, "-i", protocol, f"--concurrency-range={concurrency}:{concurrency}",
-        f"--measurement-interval={measurement_ms}", f"--input-data={data_file}", "-f", str(csv_file),
-        f"--stability-percentage={stability_percentage}", "--max-trials=3",
+        str(executable),
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
+        f"--concurrency-range={concurrency}:{concurrency}",
+        f"--measurement-interval={measurement_ms}",
+        f"--input-data={data_file}",
+        "-f",
+        str(csv_file),
+        f"--stability-percentage={stability_percentage}",
+        "--max-trials=3",
     ]
     if batch_size > 1:
         args += ["-b", str(batch_size)]
@@ -101,7 +123,8 @@ def parse_csv(text: str) -> dict[str, float]:
     return {key.strip(): float(value) for key, value in rows[-1].items() if key and value not in (None, "")}
 
 
-def write_input_data(inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], batched: bool,
-                     path: Path) -> Path:
+def write_input_data(
+    inputs: Mapping[str, np.ndarray], datatypes: Mapping[str, str], batched: bool, path: Path
+) -> Path:
     path.write_text(json.dumps(input_data(inputs, datatypes, batched)))
     return path

@@ -65,23 +65,49 @@ class Bench:
     executable: Path | None  # perf_analyzer, or None for tbgen's builtin generator
     work_dir: Path
 
-    def measure(self, http_url: str, grpc_url: str, server_pid: int | None, where: str, concurrency: list[int],
-                seconds: float, progress: Callable[[str], None] = lambda line: None) -> BenchReport:
+    def measure(
+        self,
+        http_url: str,
+        grpc_url: str,
+        server_pid: int | None,
+        where: str,
+        concurrency: list[int],
+        seconds: float,
+        progress: Callable[[str], None] = lambda line: None,
+    ) -> BenchReport:
         """Load the server at ``http_url``/``grpc_url`` at each concurrency level for ``seconds``."""
-        target = Target(self.spec.name, http_url, grpc_url, server_pid, self.spec.decoupled,
-                        self.spec.max_batch_size > 0, self.request, self.spec.input_datatypes,
-                        self.responses_per_request)
+        target = Target(
+            self.spec.name,
+            http_url,
+            grpc_url,
+            server_pid,
+            self.spec.decoupled,
+            self.spec.max_batch_size > 0,
+            self.request,
+            self.spec.input_datatypes,
+            self.responses_per_request,
+        )
         tool = "perf_analyzer" if self.executable else BUILTIN
         report = BenchReport(self.spec.name, self.protocol, tool, self.batch_size, where)
         for level in concurrency:
             progress(f"{self.spec.name}: concurrency {level} for {seconds:g} s ({tool}, {self.protocol})")
-            report.levels.append(_measure_level(target, level, seconds, self.batch_size, self.protocol,
-                                                self.executable, self.work_dir))
+            report.levels.append(
+                _measure_level(
+                    target, level, seconds, self.batch_size, self.protocol, self.executable, self.work_dir
+                )
+            )
         return report
 
 
-def plan_bench(project: Project, *, model: str | None = None, protocol: str = "grpc", batch_size: int = 1,
-               tool: str = "auto", inputs: Mapping[str, np.ndarray] | None = None) -> Bench:
+def plan_bench(
+    project: Project,
+    *,
+    model: str | None = None,
+    protocol: str = "grpc",
+    batch_size: int = 1,
+    tool: str = "auto",
+    inputs: Mapping[str, np.ndarray] | None = None,
+) -> Bench:
     """The benchmark of ``model`` (default: the project's first); UsageError for options the model or this
     machine cannot honour. ``inputs`` replaces ``reference.make_inputs`` for the request sent."""
     _check_bench_options(protocol, tool)
@@ -97,21 +123,31 @@ def plan_bench(project: Project, *, model: str | None = None, protocol: str = "g
 def _check_bench_options(protocol: str, tool: str) -> None:
     """UsageError for a --protocol or --tool that tbgen bench does not know."""
     if protocol not in ("grpc", "http"):
-        raise UsageError(f"--protocol {protocol!r} is neither grpc nor http.", "Use --protocol grpc or --protocol http.")
+        raise UsageError(
+            f"--protocol {protocol!r} is neither grpc nor http.", "Use --protocol grpc or --protocol http."
+        )
     if tool not in TOOLS:
-        raise UsageError(f"--tool {tool!r} is not one of {', '.join(TOOLS)}.", "Use --tool auto (the default).")
+        raise UsageError(
+            f"--tool {tool!r} is not one of {', '.join(TOOLS)}.", "Use --tool auto (the default)."
+        )
 
 
 def _check_model_takes(spec: ModelSpec, batch_size: int, protocol: str) -> None:
     """UsageError when the model cannot take requests of ``batch_size`` over ``protocol``."""
     if batch_size > 1 and spec.max_batch_size == 0:
-        raise UsageError(f"{spec.name} does not batch (max_batch_size 0): --batch-size {batch_size} cannot be sent.",
-                         "Drop --batch-size.")
+        raise UsageError(
+            f"{spec.name} does not batch (max_batch_size 0): --batch-size {batch_size} cannot be sent.",
+            "Drop --batch-size.",
+        )
     if batch_size > max(spec.max_batch_size, 1):
-        raise UsageError(f"--batch-size {batch_size} is above {spec.name}'s max_batch_size {spec.max_batch_size}.",
-                         f"Use --batch-size {spec.max_batch_size} or less.")
+        raise UsageError(
+            f"--batch-size {batch_size} is above {spec.name}'s max_batch_size {spec.max_batch_size}.",
+            f"Use --batch-size {spec.max_batch_size} or less.",
+        )
     if spec.decoupled and protocol == "http":
-        raise UsageError(f"{spec.name} is decoupled: its responses stream over gRPC only.", "Use --protocol grpc.")
+        raise UsageError(
+            f"{spec.name} is decoupled: its responses stream over gRPC only.", "Use --protocol grpc."
+        )
 
 
 def _perf_analyzer_for(spec: ModelSpec, tool: str) -> Path | None:
@@ -119,37 +155,63 @@ def _perf_analyzer_for(spec: ModelSpec, tool: str) -> Path | None:
     UsageError when the model or ``tool`` needs perf_analyzer and there is none."""
     executable = pa.find_perf_analyzer() if tool in ("auto", "perf_analyzer") else None
     if spec.sequence is not None and executable is None:
-        raise UsageError(f"{spec.name} is a sequence model: its requests need correlation IDs and START/END flags, "
-                         "which perf_analyzer sends (sequences of 20 requests) and tbgen's builtin generator does not.",
-                         "pip install 'tritonclient[all]==2.51.0' (its wheel ships perf_analyzer) and use --tool auto.")
+        raise UsageError(
+            f"{spec.name} is a sequence model: its requests need correlation IDs and START/END flags, "
+            "which perf_analyzer sends (sequences of 20 requests) and tbgen's builtin generator does not.",
+            "pip install 'tritonclient[all]==2.51.0' (its wheel ships perf_analyzer) and use --tool auto.",
+        )
     if tool == "perf_analyzer" and executable is None:
-        raise UsageError("perf_analyzer was not found (beside this Python or on PATH).",
-                         "pip install 'tritonclient[all]==2.51.0' (its wheel ships perf_analyzer), or --tool builtin.")
+        raise UsageError(
+            "perf_analyzer was not found (beside this Python or on PATH).",
+            "pip install 'tritonclient[all]==2.51.0' (its wheel ships perf_analyzer), or --tool builtin.",
+        )
     return executable
 
 
-def _measure_level(target: Target, concurrency: int, seconds: float, batch_size: int, protocol: str,
-                   executable: Path | None, work_dir: Path) -> Level:
-    before_stats, before_cpu = model_stats(target.http_url, target.model), server_cpu_seconds(target.server_pid)
+def _measure_level(
+    target: Target,
+    concurrency: int,
+    seconds: float,
+    batch_size: int,
+    protocol: str,
+    executable: Path | None,
+    work_dir: Path,
+) -> Level:
+    before_stats, before_cpu = (
+        model_stats(target.http_url, target.model),
+        server_cpu_seconds(target.server_pid),
+    )
     started = time.monotonic()
     if executable is not None:
-        figures, client_cpu = _perf_analyzer_level(target, concurrency, seconds, batch_size, protocol, executable,
-                                                   work_dir)
+        figures, client_cpu = _perf_analyzer_level(
+            target, concurrency, seconds, batch_size, protocol, executable, work_dir
+        )
     else:
         figures, client_cpu = _builtin_level(target, concurrency, seconds, batch_size)
     wall = time.monotonic() - started
     after_stats, after_cpu = model_stats(target.http_url, target.model), server_cpu_seconds(target.server_pid)
     queue_us, compute_us, requests = server_times(before_stats, after_stats)
     server_cpu = (after_cpu - before_cpu) / wall if before_cpu is not None and after_cpu is not None else 0.0
-    return Level(concurrency=concurrency, requests=requests, seconds=round(wall, 3), **figures,
-                 server_queue_us=queue_us, server_compute_us=compute_us, client_cpu=client_cpu / wall,
-                 server_cpu=server_cpu)
+    return Level(
+        concurrency=concurrency,
+        requests=requests,
+        seconds=round(wall, 3),
+        **figures,
+        server_queue_us=queue_us,
+        server_compute_us=compute_us,
+        client_cpu=client_cpu / wall,
+        server_cpu=server_cpu,
+    )
 
 
-def _perf_analyzer_level(target, concurrency, seconds, batch_size, protocol, executable, work_dir) -> tuple[dict, float]:
+def _perf_analyzer_level(
+    target, concurrency, seconds, batch_size, protocol, executable, work_dir
+) -> tuple[dict, float]:
     work_dir.mkdir(parents=True, exist_ok=True)
     libs = pa.library_dir(work_dir / "lib")
-    data_file = pa.write_input_data(target.inputs, target.datatypes, target.batched, work_dir / "input-data.json")
+    data_file = pa.write_input_data(
+        target.inputs, target.datatypes, target.batched, work_dir / "input-data.json"
+    )
     with tempfile.NamedTemporaryFile(suffix=".csv", dir=work_dir, delete=False) as handle:
         csv_file = Path(handle.name)
     url = target.grpc_url if protocol == "grpc" else target.http_url
@@ -162,14 +224,27 @@ def _perf_analyzer_level(target, concurrency, seconds, batch_size, protocol, exe
     # Windows that disagree by more than 100% (a sequence model's: sequences start and end in bursts) are measured
     # again and taken as they come: the level's figure is their mean either way.
     for stability in (100, 1000):
-        command = pa.command(executable, target.model, url, protocol, concurrency, data_file=data_file,
-                             csv_file=csv_file, batch_size=batch_size, measurement_ms=window_ms,
-                             streaming=target.decoupled, stability_percentage=stability)
+        command = pa.command(
+            executable,
+            target.model,
+            url,
+            protocol,
+            concurrency,
+            data_file=data_file,
+            csv_file=csv_file,
+            batch_size=batch_size,
+            measurement_ms=window_ms,
+            streaming=target.decoupled,
+            stability_percentage=stability,
+        )
         try:
-            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=seconds * 10 + 120,
-                                  check=False)
+            done = subprocess.run(
+                command, capture_output=True, text=True, env=env, timeout=seconds * 10 + 120, check=False
+            )
         except subprocess.TimeoutExpired as err:
-            raise ServerError(f"perf_analyzer did not finish within {err.timeout:g} s.", " ".join(command)) from err
+            raise ServerError(
+                f"perf_analyzer did not finish within {err.timeout:g} s.", " ".join(command)
+            ) from err
         if done.returncode == 0 or pa.UNSTABLE not in done.stdout + done.stderr:
             break
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -181,26 +256,46 @@ def _perf_analyzer_level(target, concurrency, seconds, batch_size, protocol, exe
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise ServerError(f"perf_analyzer failed (exit {done.returncode}):\n{tail}", "$ " + " ".join(command))
     throughput = row["Inferences/Second"]
-    figures = {"throughput": throughput, "p50_us": row["p50 latency"], "p90_us": row["p90 latency"],
-               "p99_us": row["p99 latency"],
-               "responses_per_s": throughput / batch_size * target.responses_per_request if target.decoupled else 0.0}
+    figures = {
+        "throughput": throughput,
+        "p50_us": row["p50 latency"],
+        "p90_us": row["p90 latency"],
+        "p99_us": row["p99 latency"],
+        "responses_per_s": throughput / batch_size * target.responses_per_request
+        if target.decoupled
+        else 0.0,
+    }
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return figures, cpu
 
 
 def _builtin_level(target, concurrency, seconds, batch_size) -> tuple[dict, float]:
     before = resource.getrusage(resource.RUSAGE_SELF)
-    result = run_load(target.grpc_url, target.model, target.inputs, target.datatypes, concurrency=concurrency,
-                      seconds=seconds, decoupled=target.decoupled)
+    result = run_load(
+        target.grpc_url,
+        target.model,
+        target.inputs,
+        target.datatypes,
+        concurrency=concurrency,
+        seconds=seconds,
+        decoupled=target.decoupled,
+    )
     after = resource.getrusage(resource.RUSAGE_SELF)
     if not result.latencies_us:
-        raise ServerError(f"No request to {target.model} succeeded: {result.first_error or 'no answer'}.",
-                          "Run `tbgen test` first: the smoke suite says what the model does wrong.")
+        raise ServerError(
+            f"No request to {target.model} succeeded: {result.first_error or 'no answer'}.",
+            "Run `tbgen test` first: the smoke suite says what the model does wrong.",
+        )
     p50, p90, p99 = percentiles(result.latencies_us)
     requests_per_s = len(result.latencies_us) / result.seconds
-    figures = {"throughput": requests_per_s * batch_size, "p50_us": p50, "p90_us": p90, "p99_us": p99,
-               "responses_per_s": result.responses / result.seconds if target.decoupled else 0.0,
-               "errors": result.errors}
+    figures = {
+        "throughput": requests_per_s * batch_size,
+        "p50_us": p50,
+        "p90_us": p90,
+        "p99_us": p99,
+        "responses_per_s": result.responses / result.seconds if target.decoupled else 0.0,
+        "errors": result.errors,
+    }
     return figures, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
@@ -211,16 +306,21 @@ def model_stats(http_url: str, model: str) -> dict:
         with opener.open(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as response:
             entries = json.loads(response.read()).get("model_stats", [])
     except urllib.error.HTTPError as err:
-        raise ServerError(f"The server at {http_url} has no model {model} ready (HTTP {err.code}).",
-                          "Check the server's models (`tbgen serve` lists them), or pick another with --model.") from err
+        raise ServerError(
+            f"The server at {http_url} has no model {model} ready (HTTP {err.code}).",
+            "Check the server's models (`tbgen serve` lists them), or pick another with --model.",
+        ) from err
     except (OSError, ValueError) as err:  # nothing listens there, or it is not a Triton server
-        raise ServerError(f"No Triton server answers at {http_url}: {err}",
-                          "Start one (`tbgen serve`), or give --url the HTTP host:port of a running server.") from err
+        raise ServerError(
+            f"No Triton server answers at {http_url}: {err}",
+            "Start one (`tbgen serve`), or give --url the HTTP host:port of a running server.",
+        ) from err
     return entries[0] if entries else {}
 
 
 def server_times(before: dict, after: dict) -> tuple[float, float, int]:
     """(queue us, compute us, requests) per request over the interval between two statistics readings."""
+
     def total(stats: dict, key: str, field: str) -> int:
         return int(stats.get("inference_stats", {}).get(key, {}).get(field, 0))
 
@@ -228,8 +328,10 @@ def server_times(before: dict, after: dict) -> tuple[float, float, int]:
     if requests <= 0:
         return 0.0, 0.0, 0
     queue_ns = total(after, "queue", "ns") - total(before, "queue", "ns")
-    compute_ns = sum(total(after, key, "ns") - total(before, key, "ns")
-                     for key in ("compute_input", "compute_infer", "compute_output"))
+    compute_ns = sum(
+        total(after, key, "ns") - total(before, key, "ns")
+        for key in ("compute_input", "compute_infer", "compute_output")
+    )
     return queue_ns / requests / 1000, compute_ns / requests / 1000, requests
 
 
@@ -243,6 +345,6 @@ def server_cpu_seconds(pid: int | None) -> float | None:
             stat = Path(f"/proc/{member}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         ticks += int(fields[11]) + int(fields[12])  # utime, stime
     return ticks / _CLOCK_TICKS

@@ -55,8 +55,10 @@ class BenchReport:
             levels = [Level(**level) for level in data.pop("levels")]
             return cls(**data, levels=levels)
         except (OSError, ValueError, TypeError, KeyError) as err:
-            raise UsageError(f"{path} is not a report of `tbgen bench`: {err}",
-                             "Pass a file written by `tbgen bench` with --json.") from err
+            raise UsageError(
+                f"{path} is not a report of `tbgen bench`: {err}",
+                "Pass a file written by `tbgen bench` with --json.",
+            ) from err
 
 
 def percentiles(latencies_us: Sequence[float], points: Sequence[float] = PERCENTILES) -> list[float]:
@@ -85,9 +87,14 @@ def compare(this: BenchReport, other: BenchReport) -> list[Ratio]:
     """Ratios at each concurrency level both reports measured."""
     theirs = {level.concurrency: level for level in other.levels}
     return [
-        Ratio(level.concurrency, _ratio(level.throughput, theirs[level.concurrency].throughput),
-              _ratio(level.p50_us, theirs[level.concurrency].p50_us), _ratio(level.p99_us, theirs[level.concurrency].p99_us))
-        for level in this.levels if level.concurrency in theirs
+        Ratio(
+            level.concurrency,
+            _ratio(level.throughput, theirs[level.concurrency].throughput),
+            _ratio(level.p50_us, theirs[level.concurrency].p50_us),
+            _ratio(level.p99_us, theirs[level.concurrency].p99_us),
+        )
+        for level in this.levels
+        if level.concurrency in theirs
     ]
 
 
@@ -96,18 +103,20 @@ def _ratio(a: float, b: float) -> float:
 
 
 def parse_concurrency(text: str) -> list[int]:
-    """"1,8,32" -> [1, 8, 32]; UsageError for anything else."""
+    """ "1,8,32" -> [1, 8, 32]; UsageError for anything else."""
     try:
         levels = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         levels = []
     if not levels or any(level < 1 for level in levels):
-        raise UsageError(f"--concurrency {text!r} is not a list of positive integers.", "Example: --concurrency 1,8,32")
+        raise UsageError(
+            f"--concurrency {text!r} is not a list of positive integers.", "Example: --concurrency 1,8,32"
+        )
     return levels
 
 
 def parse_duration(text: str) -> float:
-    """"10s", "500ms", "2m" or a number of seconds -> seconds."""
+    """ "10s", "500ms", "2m" or a number of seconds -> seconds."""
     units = {"ms": 0.001, "s": 1.0, "m": 60.0}
     stripped = text.strip().lower()
     for unit in ("ms", "s", "m"):

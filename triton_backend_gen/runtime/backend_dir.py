@@ -94,7 +94,9 @@ def assemble_backend_dir(
     if install.libtritonserver is not None:
         (lib / "libtritonserver.so").symlink_to(install.libtritonserver)
     elif project is not None and project.is_cpp:
-        warnings.append(f"no libtritonserver library found beside {install.executable}; a C++ backend may not load")
+        warnings.append(
+            f"no libtritonserver library found beside {install.executable}; a C++ backend may not load"
+        )
 
     return BackendLayout(
         backend_dir=backends,
@@ -115,7 +117,9 @@ def _make_empty(directory: Path) -> None:
     directory.mkdir(parents=True)
 
 
-def _link_server_backends(install: ServerInstall, backends: Path, python: Path) -> tuple[str | None, list[str]]:
+def _link_server_backends(
+    install: ServerInstall, backends: Path, python: Path
+) -> tuple[str | None, list[str]]:
     """Link each of the server's backends into ``backends``, the python backend copied with the stub for
     ``python``; returns (the stub's Python, warnings)."""
     warnings: list[str] = []

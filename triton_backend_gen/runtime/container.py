@@ -55,13 +55,29 @@ def server_mounts(model_repository: Path, backend: tuple[str, Path] | None) -> l
     return mounts
 
 
-def server_command(server_id: str, host: str, http: int, grpc: int, metrics: int, *, verbose: bool = False,
-                   extra_args: Iterable[str] = ()) -> list[str]:
+def server_command(
+    server_id: str,
+    host: str,
+    http: int,
+    grpc: int,
+    metrics: int,
+    *,
+    verbose: bool = False,
+    extra_args: Iterable[str] = (),
+) -> list[str]:
     """tritonserver's command line inside the container (the image's layout)."""
     command = [
-        "tritonserver", f"--id={server_id}", f"--model-repository={MODELS}", f"--backend-directory={IMAGE_BACKENDS}",
-        f"--http-address={host}", f"--http-port={http}", f"--grpc-address={host}", f"--grpc-port={grpc}",
-        f"--metrics-address={host}", f"--metrics-port={metrics}", "--exit-on-error=false",
+        "tritonserver",
+        f"--id={server_id}",
+        f"--model-repository={MODELS}",
+        f"--backend-directory={IMAGE_BACKENDS}",
+        f"--http-address={host}",
+        f"--http-port={http}",
+        f"--grpc-address={host}",
+        f"--grpc-port={grpc}",
+        f"--metrics-address={host}",
+        f"--metrics-port={metrics}",
+        "--exit-on-error=false",
         f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
     ]
     if verbose:
@@ -69,8 +85,15 @@ def server_command(server_id: str, host: str, http: int, grpc: int, metrics: int
     return command + list(extra_args)
 
 
-def server_spec(image: str, command: list[str], mounts: list[Mount], project_path: Path, *,
-                device_requests: list[Any] = (), user: str | None = None) -> dict[str, Any]:
+def server_spec(
+    image: str,
+    command: list[str],
+    mounts: list[Mount],
+    project_path: Path,
+    *,
+    device_requests: list[Any] = (),
+    user: str | None = None,
+) -> dict[str, Any]:
     """Keyword arguments of ``client.containers.create`` for a server container."""
     return {
         "image": image,
@@ -93,8 +116,9 @@ class ContainerServer(TritonServer):
 
     in_container = True
 
-    def __init__(self, image: str, options: ServerOptions, mounts: list[Mount], labelled: Path, *,
-                 gpu: bool = False) -> None:
+    def __init__(
+        self, image: str, options: ServerOptions, mounts: list[Mount], labelled: Path, *, gpu: bool = False
+    ) -> None:
         """``mounts``: what the container sees (none for an image made by `tbgen package`, which serves what
         it holds); ``labelled``: the project (or model repository) its labels name."""
         super().__init__(options)
@@ -141,8 +165,15 @@ class ContainerServer(TritonServer):
         requests = gpu_requests(self._client, self.gpu)
         self.ports = self._choose_ports()
         o = self.options
-        command = server_command(self.server_id, o.host, self.ports.http, self.ports.grpc, self.ports.metrics,
-                                 verbose=o.verbose, extra_args=o.extra_args)
+        command = server_command(
+            self.server_id,
+            o.host,
+            self.ports.http,
+            self.ports.grpc,
+            self.ports.metrics,
+            verbose=o.verbose,
+            extra_args=o.extra_args,
+        )
         return server_spec(self.image, command, self.mounts, self.labelled, device_requests=requests)
 
     def _wait_started(self) -> None:
@@ -185,4 +216,8 @@ class ContainerServer(TritonServer):
         except docker_errors.NotFound:
             return -1
         state = self._container.attrs.get("State", {})
-        return None if state.get("Running") or state.get("Status") == "created" else int(state.get("ExitCode", -1))
+        return (
+            None
+            if state.get("Running") or state.get("Status") == "created"
+            else int(state.get("ExitCode", -1))
+        )

@@ -35,8 +35,10 @@ from triton_backend_gen.runtime.container import ContainerServer
 from triton_backend_gen.runtime.local import LocalServer
 from triton_backend_gen.runtime.server import TritonServer
 
-_PROBE = ("import os, sys; print('%d.%d' % sys.version_info[:2]); "
-          "[print(path) for path in sys.argv[1:] if os.path.exists(path)]")
+_PROBE = (
+    "import os, sys; print('%d.%d' % sys.version_info[:2]); "
+    "[print(path) for path in sys.argv[1:] if os.path.exists(path)]"
+)
 
 
 def packed_envs(repository: Path) -> list[tuple[str, Path, PackedEnv | None]]:
@@ -48,7 +50,9 @@ def packed_envs(repository: Path) -> list[tuple[str, Path, PackedEnv | None]]:
         except TbgenError:
             continue  # a config that does not parse is the server's and validate's to report
         if tarball is not None:
-            found.append((config_file.parent.name, tarball, read_packed_env(tarball) if tarball.is_file() else None))
+            found.append(
+                (config_file.parent.name, tarball, read_packed_env(tarball) if tarball.is_file() else None)
+            )
     return found
 
 
@@ -71,8 +75,13 @@ def check_envs_in_image(repository: Path, image: str, log_dir: Path) -> None:
         _refuse_misfits(envs, python, existing, f"image {image}", f" --docker --image {image}")
 
 
-def _refuse_misfits(envs: list[tuple[str, Path, PackedEnv | None]], python: str, existing: set[str], where: str,
-                    pack_options: str) -> None:
+def _refuse_misfits(
+    envs: list[tuple[str, Path, PackedEnv | None]],
+    python: str,
+    existing: set[str],
+    where: str,
+    pack_options: str,
+) -> None:
     """ServerError listing the environments that do not fit ``python`` at ``where``; the fix packs the first
     model's with ``pack_options`` (" --docker --image I" for an image)."""
     problems = []
@@ -80,13 +89,17 @@ def _refuse_misfits(envs: list[tuple[str, Path, PackedEnv | None]], python: str,
         if env is None:
             problems.append(f"{model}: EXECUTION_ENV_PATH names {tarball}, which does not exist")
             continue
-        problems += [f"{model}: {tarball.name}: {problem}"
-                     for problem in env_problems(env, python, env.interpreter in existing, where)]
+        problems += [
+            f"{model}: {tarball.name}: {problem}"
+            for problem in env_problems(env, python, env.interpreter in existing, where)
+        ]
     if problems:
         first = sorted({problem.split(":")[0] for problem in problems})[0]
-        raise ServerError("A model's Python environment does not fit this server:\n  " + "\n  ".join(problems),
-                          f"Pack it for this server: `tbgen env pack{pack_options} --model {first}` (it builds the "
-                          "environment where the server's stub will run it).")
+        raise ServerError(
+            "A model's Python environment does not fit this server:\n  " + "\n  ".join(problems),
+            f"Pack it for this server: `tbgen env pack{pack_options} --model {first}` (it builds the "
+            "environment where the server's stub will run it).",
+        )
 
 
 def _probe_image(image: str, interpreters: list[str], log_dir: Path) -> tuple[str, set[str]]:
@@ -94,20 +107,30 @@ def _probe_image(image: str, interpreters: list[str], log_dir: Path) -> tuple[st
     client = connect()
     ensure_image(client, image)
     log_file = log_dir / "env-probe.log"
-    spec = {"image": image, "command": ["python3", "-c", _PROBE, *interpreters], "detach": True,
-            "environment": {"HOME": CONTAINER_HOME}, "labels": labels(ROLE_CHECK, log_dir)}
+    spec = {
+        "image": image,
+        "command": ["python3", "-c", _PROBE, *interpreters],
+        "detach": True,
+        "environment": {"HOME": CONTAINER_HOME},
+        "labels": labels(ROLE_CHECK, log_dir),
+    }
     status = run_container(client, spec, log_file)
     lines = log_file.read_text(errors="replace").split()
     if status != 0 or not lines:
-        raise ServerError(f"Could not run python3 in {image} (exit {status}); see {log_file}.",
-                          "The image needs python3 for the python backend's environments.")
+        raise ServerError(
+            f"Could not run python3 in {image} (exit {status}); see {log_file}.",
+            "The image needs python3 for the python backend's environments.",
+        )
     return lines[0], set(lines[1:])
 
 
 def python_models(project: Project) -> list[ModelEntry]:
     """The project's models that the python backend serves."""
-    return [m for m in project.models
-            if m.config_file.is_file() and load_model_config(m.config_file).backend == "python"]
+    return [
+        m
+        for m in project.models
+        if m.config_file.is_file() and load_model_config(m.config_file).backend == "python"
+    ]
 
 
 @dataclass(frozen=True)
@@ -125,8 +148,9 @@ def import_findings(project: Project, available_here: Callable[[str], bool]) -> 
         sources = sorted(entry.directory.glob("[0-9]*/model.py"))
         if not sources:
             continue
-        local = {p.stem for p in sources[0].parent.glob("*.py")} | {p.name for p in sources[0].parent.iterdir()
-                                                                      if p.is_dir()}
+        local = {p.stem for p in sources[0].parent.glob("*.py")} | {
+            p.name for p in sources[0].parent.iterdir() if p.is_dir()
+        }
         imports = model_imports(sources[0])
         tarball = env_file(load_model_config(entry.config_file), entry.directory)
         if tarball is not None and tarball.is_file():

@@ -27,8 +27,10 @@ def parse_instance_kind(text: str | None) -> str | None:
     if text is None or text == "model":
         return None
     if text not in INSTANCE_KINDS:
-        raise UsageError(f"--instance-kind {text!r} is not one of {', '.join(INSTANCE_KINDS)}.",
-                         "Use --instance-kind cpu to run a GPU project's models on KIND_CPU instances.")
+        raise UsageError(
+            f"--instance-kind {text!r} is not one of {', '.join(INSTANCE_KINDS)}.",
+            "Use --instance-kind cpu to run a GPU project's models on KIND_CPU instances.",
+        )
     return text
 
 
@@ -78,4 +80,3 @@ def run_repository(source: Path, dest: Path, kind: str) -> list[str]:
             path.write_text(text_format.MessageToString(rewritten))
             changed.append(config.name or path.parent.name)
     return changed
-

@@ -56,10 +56,14 @@ def prepare_server(
         repository = _run_copy(repository, work_dir / RUN_REPOSITORY, instance_kind, notes)
     elif mount and not (gpu if docker else gpus_visible()):
         _refuse_gpu_models(repository, docker)
-    options = dataclasses.replace(ServerOptions(model_repository=repository, log_file=work_dir / "server.log"),
-                                  **overrides)
-    triton = (_container_server(project, options, image, gpu=gpu, mount=mount) if docker
-              else _local_server(project, options, work_dir, server, python))
+    options = dataclasses.replace(
+        ServerOptions(model_repository=repository, log_file=work_dir / "server.log"), **overrides
+    )
+    triton = (
+        _container_server(project, options, image, gpu=gpu, mount=mount)
+        if docker
+        else _local_server(project, options, work_dir, server, python)
+    )
     triton.notes += notes
     check_execution_envs(triton, repository, work_dir)
     if project is None:
@@ -73,9 +77,11 @@ def _work_dir_and_repository(target: Project | Path) -> tuple[Path, Path]:
         return target.runtime_dir, target.model_repository
     if is_model_repository(Path(target)):
         return Path(tempfile.mkdtemp(prefix="tbgen-server-")), Path(target).resolve()
-    raise UsageError(f"{target} is neither a tbgen project (no tbgen.toml here or above) nor a model repository "
-                     "(a directory of model directories, each with a config.pbtxt or a version directory).",
-                     "Run it in a project made by `tbgen new`, or pass a project or a model repository.")
+    raise UsageError(
+        f"{target} is neither a tbgen project (no tbgen.toml here or above) nor a model repository "
+        "(a directory of model directories, each with a config.pbtxt or a version directory).",
+        "Run it in a project made by `tbgen new`, or pass a project or a model repository.",
+    )
 
 
 def is_model_repository(path: Path) -> bool:
@@ -83,18 +89,25 @@ def is_model_repository(path: Path) -> bool:
     numbered version directory."""
     if not path.is_dir():
         return False
-    return any(model.is_dir() and ((model / "config.pbtxt").is_file()
-                                   or any(v.is_dir() and v.name.isdigit() for v in model.iterdir()))
-               for model in path.iterdir())
+    return any(
+        model.is_dir()
+        and (
+            (model / "config.pbtxt").is_file()
+            or any(v.is_dir() and v.name.isdigit() for v in model.iterdir())
+        )
+        for model in path.iterdir()
+    )
 
 
 def _run_copy(repository: Path, dest: Path, kind: str, notes: list[str]) -> Path:
     """``dest``: a copy of ``repository`` with every instance group of ``kind`` (what changed goes to notes)."""
     changed = run_repository(repository, dest, kind)
     if changed:
-        notes.append(f"serving a copy of the models with KIND_{kind.upper()} instances ({', '.join(changed)}) in "
-                     f"{dest}; your config.pbtxt files are unchanged"
-                     + ("; the CUDA path is not exercised" if kind == "cpu" else ""))
+        notes.append(
+            f"serving a copy of the models with KIND_{kind.upper()} instances ({', '.join(changed)}) in "
+            f"{dest}; your config.pbtxt files are unchanged"
+            + ("; the CUDA path is not exercised" if kind == "cpu" else "")
+        )
     return dest
 
 
@@ -105,16 +118,18 @@ def start_server(target: Project | Path, **options: Any) -> TritonServer:
     return triton
 
 
-def _local_server(project: Project | None, options: ServerOptions, work_dir: Path, server: Path | None,
-                  python: Path) -> LocalServer:
+def _local_server(
+    project: Project | None, options: ServerOptions, work_dir: Path, server: Path | None, python: Path
+) -> LocalServer:
     install = find_tritonserver(server)
     triton = LocalServer(install, assemble_backend_dir(install, work_dir, project, python), options)
     triton.release_note = release_note(project, install) if project is not None else None
     return triton
 
 
-def _container_server(project: Project | None, options: ServerOptions, image: str | None, *, gpu: bool,
-                      mount: bool) -> ContainerServer:
+def _container_server(
+    project: Project | None, options: ServerOptions, image: str | None, *, gpu: bool, mount: bool
+) -> ContainerServer:
     release = project.release if project is not None else versions.newest()
     mounts = []
     if mount:

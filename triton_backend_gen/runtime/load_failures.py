@@ -29,12 +29,17 @@ def load_failure_hints(log: str, *, docker: bool) -> list[str]:
     """Known traps behind a python model that failed to load, from the server log: a module the stub's Python
     lacks (its requirements.txt and `tbgen env pack`), a native wheel built for a newer libstdc++."""
     pack = "`tbgen env pack --docker`" if docker else "`tbgen env pack`"
-    hints = [f"A model imports {module}, which the server's Python lacks: list it in the model's {REQUIREMENTS} "
-             f"(model_repository/MODEL/{REQUIREMENTS}) and run {pack}."
-             for module in sorted(set(_MISSING_MODULE.findall(log)))]
-    hints += [f"A native library in the model's environment needs {symbol}, which the server's libstdc++ lacks: "
-              "pack the environment inside the server's image (`tbgen env pack --docker`), where pip picks wheels "
-              "built for it." for symbol in sorted(set(_GLIBCXX.findall(log)))[:1]]
+    hints = [
+        f"A model imports {module}, which the server's Python lacks: list it in the model's {REQUIREMENTS} "
+        f"(model_repository/MODEL/{REQUIREMENTS}) and run {pack}."
+        for module in sorted(set(_MISSING_MODULE.findall(log)))
+    ]
+    hints += [
+        f"A native library in the model's environment needs {symbol}, which the server's libstdc++ lacks: "
+        "pack the environment inside the server's image (`tbgen env pack --docker`), where pip picks wheels "
+        "built for it."
+        for symbol in sorted(set(_GLIBCXX.findall(log)))[:1]
+    ]
     return hints
 
 
@@ -47,8 +52,11 @@ def require_ready(project: Project, triton: TritonServer) -> None:
         hints = load_failure_hints(log, docker=triton.in_container)
         raise ServerError(
             f"Models failed to load: {names}",
-            "".join(f"{hint}\n" for hint in hints) + _config_warnings(project, {m.name for m in not_ready})
-            + "Server log:\n" + "\n".join(relevant_log_lines(log)) + f"\nFull log: {triton.log_file}",
+            "".join(f"{hint}\n" for hint in hints)
+            + _config_warnings(project, {m.name for m in not_ready})
+            + "Server log:\n"
+            + "\n".join(relevant_log_lines(log))
+            + f"\nFull log: {triton.log_file}",
         )
 
 
@@ -65,18 +73,29 @@ def unanswering_stubs(failures: Iterable[str]) -> list[str]:
     return sorted({m.group(1) for detail in failures for m in [_STUB_UNHEALTHY.search(detail)] if m})
 
 
-def stub_failures(instances: list[str], alive: set[str] | None, triton: TritonServer) -> list[tuple[str, str]]:
+def stub_failures(
+    instances: list[str], alive: set[str] | None, triton: TritonServer
+) -> list[tuple[str, str]]:
     """(instance, what happened) for each model instance whose python backend stub stopped answering: whether
     its process had exited (``alive``: the instances whose stub runs, None when unknown), and the server log's
     lines (the stub prints its fatal errors there)."""
     found = []
     lines = "\n".join(triton.relevant_log_lines(limit=15)) if instances else ""
     for instance in instances:
-        state = ("it crashed or hung" if alive is None else "its process had exited (it crashed or was killed)"
-                 if instance not in alive else "its process was still running (it hung)")
-        found.append((instance,
-                      f"the python backend's stub process of {instance} stopped answering: {state}. Triton does not "
-                      "restart it, so every later request of the model failed. Run the test again: a fault of "
-                      f"model.py comes back every time. Server log ({triton.log_file}):\n"
-                      f"{lines or '(nothing about it)'}"))
+        state = (
+            "it crashed or hung"
+            if alive is None
+            else "its process had exited (it crashed or was killed)"
+            if instance not in alive
+            else "its process was still running (it hung)"
+        )
+        found.append(
+            (
+                instance,
+                f"the python backend's stub process of {instance} stopped answering: {state}. Triton does not "
+                "restart it, so every later request of the model failed. Run the test again: a fault of "
+                f"model.py comes back every time. Server log ({triton.log_file}):\n"
+                f"{lines or '(nothing about it)'}",
+            )
+        )
     return found

@@ -34,7 +34,9 @@ def record_load_time(project: Project, seconds: float, server: str) -> Path:
     path = load_time_file(project)
     path.parent.mkdir(parents=True, exist_ok=True)
     measured = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path.write_text(json.dumps({"seconds": round(seconds, 3), "server": server, "measured_at": measured}) + "\n")
+    path.write_text(
+        json.dumps({"seconds": round(seconds, 3), "server": server, "measured_at": measured}) + "\n"
+    )
     return path
 
 

@@ -92,8 +92,14 @@ class LocalServer(TritonServer):
         log_file = Path(self.options.log_file)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_file.open("wb")
-        command = server_command(self.install, self.layout, self.options, self.ports,
-                                 server_id=self.server_id, shm_prefix=self.shm_prefix)
+        command = server_command(
+            self.install,
+            self.layout,
+            self.options,
+            self.ports,
+            server_id=self.server_id,
+            shm_prefix=self.shm_prefix,
+        )
         self._log.write(("$ " + " ".join(command) + "\n").encode())
         self._log.flush()
         try:
@@ -136,7 +142,9 @@ class LocalServer(TritonServer):
                 # The python stubs of a killed server are still in its group; a cleanly stopped server has none.
                 _kill_group(process.pid)
                 _wait_group_gone(process.pid, timeout=5)
-                if self._watchdog is not None:  # the group is gone: the watchdog finds nothing to kill and exits
+                if (
+                    self._watchdog is not None
+                ):  # the group is gone: the watchdog finds nothing to kill and exits
                     self._watchdog.stdin.close()
                     self._watchdog.wait()
                 _remove_shm_regions(self.shm_prefix)
@@ -187,7 +195,9 @@ _WATCHDOG = (
 def _start_watchdog(pgid: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", _WATCHDOG, str(pgid)],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C on the terminal must not reach it
     )
 

@@ -30,22 +30,37 @@ def release_note(project: Project, install: ServerInstall) -> ReleaseNote | None
     if release == target:
         return None
     if release is None:
-        return ReleaseNote(f"{target.container} on {install.version}", f"tritonserver {install.version} "
-                           f"({install.source}) is not a release tbgen knows; {project.name} targets Triton "
-                           f"{target.container}.", warning=True)
-    what = (f"{project.name} targets Triton {target.container} (tritonserver {target.server_version}); this server "
-            f"is release {release.container} (tritonserver {install.version}, {install.source}).")
-    fix = (f"To run on {target.container} itself: --server PATH (a {target.container} tritonserver) or --docker "
-           f"(its image); or move the project to this server's release with "
-           f"`tbgen update --triton-version {release.container}{project.project_option()}`.")
+        return ReleaseNote(
+            f"{target.container} on {install.version}",
+            f"tritonserver {install.version} "
+            f"({install.source}) is not a release tbgen knows; {project.name} targets Triton "
+            f"{target.container}.",
+            warning=True,
+        )
+    what = (
+        f"{project.name} targets Triton {target.container} (tritonserver {target.server_version}); this server "
+        f"is release {release.container} (tritonserver {install.version}, {install.source})."
+    )
+    fix = (
+        f"To run on {target.container} itself: --server PATH (a {target.container} tritonserver) or --docker "
+        f"(its image); or move the project to this server's release with "
+        f"`tbgen update --triton-version {release.container}{project.project_option()}`."
+    )
     key = f"{target.container} on {release.container}"
     (major, minor), (server_major, server_minor) = target.backend_api, release.backend_api
     if major == server_major and server_minor >= minor:
-        return ReleaseNote(key, f"{what} Both speak backend API {server_major}.{server_minor}, so the backend loads "
-                           f"and the results hold; what {target.container} added is not exercised. {fix}",
-                           warning=False)
-    return ReleaseNote(key, f"{what} The project is built for backend API {major}.{minor}, the server speaks "
-                       f"{server_major}.{server_minor}: the backend may refuse to load. {fix}", warning=True)
+        return ReleaseNote(
+            key,
+            f"{what} Both speak backend API {server_major}.{server_minor}, so the backend loads "
+            f"and the results hold; what {target.container} added is not exercised. {fix}",
+            warning=False,
+        )
+    return ReleaseNote(
+        key,
+        f"{what} The project is built for backend API {major}.{minor}, the server speaks "
+        f"{server_major}.{server_minor}: the backend may refuse to load. {fix}",
+        warning=True,
+    )
 
 
 def first_time(project: Project, note: ReleaseNote) -> bool:

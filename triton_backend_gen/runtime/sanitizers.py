@@ -43,10 +43,18 @@ def sanitizer_environment(runtimes: tuple[Path, ...]) -> dict[str, str]:
     """The server's environment additions for a backend that links ``runtimes`` (empty for none)."""
     if not runtimes:
         return {}
-    return {"LD_PRELOAD": ":".join(map(str, runtimes)), "ASAN_OPTIONS": ASAN_OPTIONS, "UBSAN_OPTIONS": UBSAN_OPTIONS}
+    return {
+        "LD_PRELOAD": ":".join(map(str, runtimes)),
+        "ASAN_OPTIONS": ASAN_OPTIONS,
+        "UBSAN_OPTIONS": UBSAN_OPTIONS,
+    }
 
 
 def sanitizer_reports(log: str, context: int = 6) -> list[str]:
     """Each sanitizer report in a server log: its first line and the ``context`` lines after it."""
     lines = log.splitlines()
-    return ["\n".join(lines[index : index + 1 + context]) for index, line in enumerate(lines) if _REPORT.search(line)]
+    return [
+        "\n".join(lines[index : index + 1 + context])
+        for index, line in enumerate(lines)
+        if _REPORT.search(line)
+    ]

@@ -43,10 +43,14 @@ _CPU_NOISE = re.compile(
     re.IGNORECASE,
 )
 _GLOG = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+\]\s?(.*)$")
-_TROUBLE = re.compile(r"fail|error|exception|traceback|unavailable|unable|cannot|invalid|not found", re.IGNORECASE)
+_TROUBLE = re.compile(
+    r"fail|error|exception|traceback|unavailable|unable|cannot|invalid|not found", re.IGNORECASE
+)
 
 
-INTERRUPTED_STOP_TIMEOUT_S = 3.0  # how long a server may take to stop after Ctrl-C or SIGTERM before it is killed
+INTERRUPTED_STOP_TIMEOUT_S = (
+    3.0  # how long a server may take to stop after Ctrl-C or SIGTERM before it is killed
+)
 
 
 @dataclass
@@ -76,7 +80,6 @@ class Ports:
     http: int
     grpc: int
     metrics: int
-
 
 
 def relevant_log_lines(log: str, limit: int = 40) -> list[str]:
@@ -218,8 +221,12 @@ class TritonServer(abc.ABC):
         """Every model of the repository with its state, from the server's repository index."""
         index = self._request("POST", "/v2/repository/index", b"{}")
         return [
-            ModelState(str(entry.get("name", "")), str(entry.get("version", "")),
-                       str(entry.get("state", "")), str(entry.get("reason", "")))
+            ModelState(
+                str(entry.get("name", "")),
+                str(entry.get("version", "")),
+                str(entry.get("state", "")),
+                str(entry.get("reason", "")),
+            )
             for entry in index
         ]
 
@@ -263,8 +270,11 @@ class TritonServer(abc.ABC):
         """The ports of this run: those the options ask for, checked free and distinct, and a free port for
         each left at 0."""
         host = self.options.host
-        requested = {"http": self.options.http_port, "grpc": self.options.grpc_port,
-                     "metrics": self.options.metrics_port}
+        requested = {
+            "http": self.options.http_port,
+            "grpc": self.options.grpc_port,
+            "metrics": self.options.metrics_port,
+        }
         _check_requested_ports(host, requested)
         taken = {port for port in requested.values() if port}
         chosen: dict[str, int] = {}
@@ -295,16 +305,21 @@ class TritonServer(abc.ABC):
             except (OSError, ValueError, urllib.error.URLError):
                 pass  # not listening yet
             if time.monotonic() > deadline:
-                what = (f"another server answers on {self.http_url}" if foreign
-                        else f"it was not ready within {self.options.startup_timeout:g} s")
+                what = (
+                    f"another server answers on {self.http_url}"
+                    if foreign
+                    else f"it was not ready within {self.options.startup_timeout:g} s"
+                )
                 raise self._failure(f"tritonserver did not start: {what}")
             time.sleep(_POLL_S)
 
     def _failure(self, message: str) -> ServerError:
         lines = self.relevant_log_lines()
         detail = ("\n" + "\n".join(lines)) if lines else ""
-        return ServerError(f"{message}.{detail}\nFull log: {self.log_file}",
-                           "The lines above are the server's warnings and errors; the full log has the rest.")
+        return ServerError(
+            f"{message}.{detail}\nFull log: {self.log_file}",
+            "The lines above are the server's warnings and errors; the full log has the rest.",
+        )
 
     def _close_log(self) -> None:
         if self._log is not None:
@@ -334,5 +349,3 @@ def _free_port_except(host: str, taken: set[int]) -> int:
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-

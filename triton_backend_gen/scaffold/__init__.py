@@ -42,9 +42,23 @@ from triton_backend_gen.scaffold.render import render_project
 from triton_backend_gen.scaffold.templates import Option, Template, get_template, list_templates
 
 __all__ = [
-    "ExampleModel", "ImportedModel", "Recipe", "Record", "Removal", "add_model_to_project", "get_template",
-    "import_config", "list_templates", "parse_set_options", "read_answers_file", "read_record",
-    "remove_model_from_project", "render_new_project", "render_project", "render_recipe", "resolve_answers",
+    "ExampleModel",
+    "ImportedModel",
+    "Recipe",
+    "Record",
+    "Removal",
+    "add_model_to_project",
+    "get_template",
+    "import_config",
+    "list_templates",
+    "parse_set_options",
+    "read_answers_file",
+    "read_record",
+    "remove_model_from_project",
+    "render_new_project",
+    "render_project",
+    "render_recipe",
+    "resolve_answers",
     "write_example_model",
 ]
 
@@ -66,7 +80,9 @@ def render_new_project(
     gets its generation record (scaffold.record), the base of a later ``tbgen update``.
     """
     spec = get_template(template)
-    name = naming.check_project_name(Path(target).name)  # as it is: answers are stripped, a directory name is not
+    name = naming.check_project_name(
+        Path(target).name
+    )  # as it is: answers are stripped, a directory name is not
     if "project_name" in given and str(given["project_name"]).strip() != name:
         raise AnswerError(
             f"project_name {given['project_name']!r} differs from the name of the project directory {name!r}.",
@@ -76,13 +92,21 @@ def render_new_project(
     carried: dict[str, bytes] = {}
     if imported is not None:
         given = {**imported.answers(template), **given}
-        carried = {f"model_repository/{given['model_name']}/{file}": data for file, data in imported.files.items()}
+        carried = {
+            f"model_repository/{given['model_name']}/{file}": data for file, data in imported.files.items()
+        }
     recipe = Recipe(template, spec.version, {**given, "project_name": name}, carried=tuple(sorted(carried)))
     return render_recipe(recipe, Path(target), carried, force=force, prompter=prompter)[0]
 
 
-def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *, force: bool = False,
-                  prompter: Prompter | None = None) -> tuple[Path, Record]:
+def render_recipe(
+    recipe: Recipe,
+    target: Path,
+    carried: Mapping[str, bytes],
+    *,
+    force: bool = False,
+    prompter: Prompter | None = None,
+) -> tuple[Path, Record]:
     """Render ``recipe`` (a new project's, or a recorded one with other answers) into ``target``, replaying the
     models it added, and record it there; the project's path and its record. ``carried``: the contents of
     ``recipe.carried``."""
@@ -104,8 +128,14 @@ def render_recipe(recipe: Recipe, target: Path, carried: Mapping[str, bytes], *,
         if force:
             _refuse_to_revert_edits(records[0].files, Path(target))
 
-    path = render_project(spec, answers, Path(target), force=force, extend=finish,
-                          files={Path(relative): data for relative, data in carried.items()})
+    path = render_project(
+        spec,
+        answers,
+        Path(target),
+        force=force,
+        extend=finish,
+        files={Path(relative): data for relative, data in carried.items()},
+    )
     return path, records[0]
 
 
@@ -119,15 +149,20 @@ def _plan_recipe(recipe: Recipe) -> tuple[compose.Composition | None, dict[str, 
     return composition, given
 
 
-def _as_rendered(recipe: Recipe, spec: Template, answers: Mapping[str, Any],
-                 asked: Mapping[str, Any]) -> Recipe:
+def _as_rendered(
+    recipe: Recipe, spec: Template, answers: Mapping[str, Any], asked: Mapping[str, Any]
+) -> Recipe:
     """``recipe`` as it is recorded once rendered with ``answers``: the template's version, the release, and
     the answers given at the prompts (``asked``) that are no default, as the user typed them."""
     release = answers["triton_version"]
     chosen = {key: asked[key] for key in chosen_answers(spec, answers) if key in asked}
     releases = recipe.releases if recipe.releases[-1:] == (release,) else (*recipe.releases, release)
-    return replace(recipe, template_version=spec.version,
-                   given={**recipe.given, **chosen, "triton_version": release}, releases=releases)
+    return replace(
+        recipe,
+        template_version=spec.version,
+        given={**recipe.given, **chosen, "triton_version": release},
+        releases=releases,
+    )
 
 
 def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path) -> None:
@@ -149,7 +184,8 @@ def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path)
             f"edited: {listed}.",
             "To move the project to other answers or a newer release and keep your edits: `tbgen update --dry-run` "
             "shows the plan, `tbgen update` applies it (with --set key=value or --triton-version for other answers "
-            "or releases). To discard your edits, delete those files first.")
+            "or releases). To discard your edits, delete those files first.",
+        )
 
 
 class _RecordingPrompter:
@@ -167,8 +203,9 @@ class _RecordingPrompter:
         self.prompter.show_error(error)
 
 
-def add_model_to_project(project: Project, name: str, template: str | None,
-                         given: Mapping[str, Any]) -> list[Path]:
+def add_model_to_project(
+    project: Project, name: str, template: str | None, given: Mapping[str, Any]
+) -> list[Path]:
     """``tbgen add model``: add model ``name`` to ``project`` (see scaffold.compose.compose_into_project); the
     generation record learns it, so that ``tbgen update`` renders it again. Returns the files written."""
     record = read_record(project.root)

@@ -59,8 +59,9 @@ def read_answers_file(path: Path) -> dict[str, Any]:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else toml_tables(text)
     except (OSError, ValueError) as err:
-        raise UsageError(f"Cannot read answers from {path}: {err}",
-                         "Pass a tbgen.toml, or a TOML or JSON file.") from err
+        raise UsageError(
+            f"Cannot read answers from {path}: {err}", "Pass a tbgen.toml, or a TOML or JSON file."
+        ) from err
     if not isinstance(data, dict):
         raise UsageError(f"{path} does not hold a table of answers.", 'Example (TOML): dtype = "FP16"')
     models = data.pop("models", None)
@@ -96,8 +97,11 @@ def _model_answers(models: Any, path: Path) -> dict[str, Any]:
     if "inputs" in model or "outputs" in model:
         imported = model.get("imported", {})
         config = imported.get("config", "") if isinstance(imported, dict) else ""
-        answers["signature"] = {"inputs": model.get("inputs", []), "outputs": model.get("outputs", []),
-                                "config": config}
+        answers["signature"] = {
+            "inputs": model.get("inputs", []),
+            "outputs": model.get("outputs", []),
+            "config": config,
+        }
     return answers
 
 
@@ -109,8 +113,10 @@ def coerce(option: Option, value: Any) -> Any:
 def _coerce_signature(option: Option, value: Any) -> dict[str, Any]:
     """The signature option's value as the cookiecutter variable (the add/sub example's when empty)."""
     if isinstance(value, str) and value.strip():
-        raise AnswerError(f"{option.key} cannot be set with --set.",
-                          f"Give the tensors with {signature.FLAG_EXAMPLE}, or in an answers file.")
+        raise AnswerError(
+            f"{option.key} cannot be set with --set.",
+            f"Give the tensors with {signature.FLAG_EXAMPLE}, or in an answers file.",
+        )
     given = signature.from_context(value or None, option.key)
     return given.context() if given else dict(signature.EMPTY)
 
@@ -127,8 +133,9 @@ def _coerce_bool(option: Option, value: Any) -> bool:
 
 def _coerce_int(option: Option, value: Any) -> int:
     """An integer, or its digits (a boolean is none: True would pass as 1)."""
-    problem = AnswerError(f"{option.key} must be an integer, got {value!r}.",
-                          f"Example: --set {option.key}=8")
+    problem = AnswerError(
+        f"{option.key} must be an integer, got {value!r}.", f"Example: --set {option.key}=8"
+    )
     if isinstance(value, bool):
         raise problem
     try:
@@ -154,7 +161,9 @@ def _coerce_text(option: Option, value: Any) -> str:
 
 # How a value is converted to each kind of option (any other kind: as text).
 _COERCIONS: dict[type, Callable[[Option, Any], Any]] = {
-    dict: _coerce_signature, bool: _coerce_bool, int: _coerce_int,
+    dict: _coerce_signature,
+    bool: _coerce_bool,
+    int: _coerce_int,
 }
 
 
@@ -166,7 +175,9 @@ def parse_dims(value: str) -> str:
 def _non_negative(key: str) -> Callable[[int], int]:
     def check(value: int) -> int:
         if value < 0:
-            raise AnswerError(f"{key} must be 0 or more (0 disables batching), got {value}.", f"Example: --set {key}=8")
+            raise AnswerError(
+                f"{key} must be 0 or more (0 disables batching), got {value}.", f"Example: --set {key}=8"
+            )
         if value > INT32_MAX:  # an int32 field of the model configuration
             raise AnswerError(f"{key} must be at most {INT32_MAX}, got {value}.", f"Example: --set {key}=8")
         return value
@@ -188,8 +199,10 @@ def _positive(key: str) -> Callable[[int], int]:
 def _instance_kind(value: str) -> str:
     kind = value.upper()
     if kind not in INSTANCE_KINDS:
-        raise AnswerError(f"instance_kind must be one of {', '.join(INSTANCE_KINDS)}, got {value!r}.",
-                          "Example: --set instance_kind=KIND_CPU")
+        raise AnswerError(
+            f"instance_kind must be one of {', '.join(INSTANCE_KINDS)}, got {value!r}.",
+            "Example: --set instance_kind=KIND_CPU",
+        )
     return kind
 
 
@@ -205,8 +218,10 @@ def _cuda_architectures(value: str) -> str:
 
 def _cmake_version(value: str) -> str:
     if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,3}", value):
-        raise AnswerError(f"cmake_minimum must be a CMake version such as 3.31.8, got {value!r}.",
-                          "Leave it out: it follows the release (`tbgen versions` lists each one's).")
+        raise AnswerError(
+            f"cmake_minimum must be a CMake version such as 3.31.8, got {value!r}.",
+            "Leave it out: it follows the release (`tbgen versions` lists each one's).",
+        )
     return value
 
 
@@ -227,9 +242,12 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
 # Defaults that follow from other answers through the release matrix rather than from cookiecutter.json.
 MATRIX_DEFAULTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "triton_version": lambda answers: versions.newest().container,
-    "cuda_architectures": lambda answers: ";".join(versions.resolve(answers["triton_version"]).cuda_architectures),
+    "cuda_architectures": lambda answers: ";".join(
+        versions.resolve(answers["triton_version"]).cuda_architectures
+    ),
     "cmake_minimum": lambda answers: versions.resolve(answers["triton_version"]).min_cmake,
 }
+
 
 class Prompter(Protocol):
     """Asks the user for the answers they did not give (the CLI implements it with Rich)."""
@@ -239,7 +257,9 @@ class Prompter(Protocol):
     def show_error(self, error: AnswerError) -> None: ...
 
 
-def resolve_answers(template: Template, given: Mapping[str, Any], prompter: Prompter | None = None) -> dict[str, Any]:
+def resolve_answers(
+    template: Template, given: Mapping[str, Any], prompter: Prompter | None = None
+) -> dict[str, Any]:
     """Every option of ``template`` with its final, validated value, in the template's order.
 
     ``given`` holds what the user set; the rest take their defaults, or are asked for through ``prompter``
@@ -318,7 +338,11 @@ def _default(option: Option, answers: dict[str, Any]) -> Any:
     if isinstance(option.default, str) and "{{" in option.default:
         # Rendered the way cookiecutter renders it, so plain cookiecutter gives the same defaults.
 
-        return cookiecutter_environment.StrictEnvironment().from_string(option.default).render(cookiecutter=answers)
+        return (
+            cookiecutter_environment.StrictEnvironment()
+            .from_string(option.default)
+            .render(cookiecutter=answers)
+        )
     return option.default
 
 
@@ -327,8 +351,10 @@ def _check_sequence(answers: Mapping[str, Any], given: signature.Signature | Non
     sequence = answers.get("sequence", "none")
     if sequence == "none":
         if answers.get("implicit_state"):
-            raise AnswerError("implicit_state keeps a sequence's state, so it needs sequence batching.",
-                              "Add --set sequence=direct (or oldest), or drop --set implicit_state=yes.")
+            raise AnswerError(
+                "implicit_state keeps a sequence's state, so it needs sequence batching.",
+                "Add --set sequence=direct (or oldest), or drop --set implicit_state=yes.",
+            )
         return
     _check_sequence_options(answers, sequence, python)
     _check_sequence_batching(answers, given, sequence)
@@ -343,39 +369,57 @@ def _check_sequence_options(answers: Mapping[str, Any], sequence: str, python: b
             "The python backend does not support implicit state (it never calls Triton's TRITONBACKEND_State* API, "
             "up to release 26.02).",
             "Drop --set implicit_state=yes: the generated model.py keeps each sequence's state itself; or use the "
-            "cpp-backend template.")
+            "cpp-backend template.",
+        )
     for key in ("native", "python_based_backend", "auto_complete"):
         if answers.get(key):
-            raise AnswerError(f"{key} is a stateless add/sub option; a sequence model cannot take it.",
-                              f"Drop --set {key}=yes, or --set sequence={sequence}.")
+            raise AnswerError(
+                f"{key} is a stateless add/sub option; a sequence model cannot take it.",
+                f"Drop --set {key}=yes, or --set sequence={sequence}.",
+            )
     if answers.get("gpu"):
-        raise AnswerError("The sequence example has no CUDA kernel: its running sums are kept and added on the CPU.",
-                          "Drop --gpu (a KIND_GPU instance group can still be set in config.pbtxt).")
-    if answers.get("framework", frameworks.NONE) != frameworks.NONE or answers.get("pattern", "none") != "none":
-        raise AnswerError("A sequence model is the backend's own accumulator; it cannot wrap a framework or compose "
-                          "models.", f"Drop --framework/--pattern, or --set sequence={sequence}.")
+        raise AnswerError(
+            "The sequence example has no CUDA kernel: its running sums are kept and added on the CPU.",
+            "Drop --gpu (a KIND_GPU instance group can still be set in config.pbtxt).",
+        )
+    if (
+        answers.get("framework", frameworks.NONE) != frameworks.NONE
+        or answers.get("pattern", "none") != "none"
+    ):
+        raise AnswerError(
+            "A sequence model is the backend's own accumulator; it cannot wrap a framework or compose "
+            "models.",
+            f"Drop --framework/--pattern, or --set sequence={sequence}.",
+        )
 
 
-def _check_sequence_batching(answers: Mapping[str, Any], given: signature.Signature | None,
-                             sequence: str) -> None:
+def _check_sequence_batching(
+    answers: Mapping[str, Any], given: signature.Signature | None, sequence: str
+) -> None:
     """AnswerError when a sequence model's batching cannot be written: an imported config brings its own, or
     the oldest strategy has no batch dimension."""
     if given is not None and given.config:
-        raise AnswerError("--from-config carries its own batching; a sequence model writes sequence_batching.",
-                          "Give the tensors with --input/--output instead, or drop --set sequence.")
+        raise AnswerError(
+            "--from-config carries its own batching; a sequence model writes sequence_batching.",
+            "Give the tensors with --input/--output instead, or drop --set sequence.",
+        )
     if sequence == "oldest" and int(answers.get("max_batch_size", 0)) < 1:
-        raise AnswerError("The oldest strategy batches requests of several sequences, so it needs max_batch_size >= 1.",
-                          "Use --set max_batch_size=8, or --set sequence=direct.")
+        raise AnswerError(
+            "The oldest strategy batches requests of several sequences, so it needs max_batch_size >= 1.",
+            "Use --set max_batch_size=8, or --set sequence=direct.",
+        )
 
 
 def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
     """Rules that span several answers."""
     _check_cmake_minimum(answers)
     if answers.get("custom_metrics") and answers.get("pattern", "none") != "none":
-        raise AnswerError("custom_metrics instruments a model that computes; the C++ BLS router only forwards "
-                          "requests and answers them in completion callbacks.",
-                          "Drop --set custom_metrics=yes or --pattern bls; `tbgen add model` with --set custom_metrics=yes "
-                          "adds an instrumented model to the project once it exists.")
+        raise AnswerError(
+            "custom_metrics instruments a model that computes; the C++ BLS router only forwards "
+            "requests and answers them in completion callbacks.",
+            "Drop --set custom_metrics=yes or --pattern bls; `tbgen add model` with --set custom_metrics=yes "
+            "adds an instrumented model to the project once it exists.",
+        )
     given = signature.from_context(answers.get("signature"))
     python = template.name == "python-backend" or answers.get("language") == "python"
     _check_sequence(answers, given, python)
@@ -399,9 +443,11 @@ def _check_cmake_minimum(answers: Mapping[str, Any]) -> None:
         return
     needed = versions.resolve(answers["triton_version"]).min_cmake
     if versions.version_tuple(answers["cmake_minimum"]) < versions.version_tuple(needed):
-        raise AnswerError(f"Triton's r{answers['triton_version']} sources need CMake {needed} or newer; "
-                          f"cmake_minimum {answers['cmake_minimum']} is older.",
-                          "Leave cmake_minimum out: it follows the release.")
+        raise AnswerError(
+            f"Triton's r{answers['triton_version']} sources need CMake {needed} or newer; "
+            f"cmake_minimum {answers['cmake_minimum']} is older.",
+            "Leave cmake_minimum out: it follows the release.",
+        )
 
 
 def _check_framework(answers: Mapping[str, Any], given: signature.Signature | None) -> None:
@@ -411,10 +457,13 @@ def _check_framework(answers: Mapping[str, Any], given: signature.Signature | No
     if framework == frameworks.NONE:
         return
     example = given is None and signature.add_sub(
-        answers.get("dtype", "FP32"), str(answers.get("dims", "16")),
-        {k: answers.get(k, k.upper().replace("_NAME", "")) for k in TENSOR_KEYS})
-    frameworks.check_signature(framework, given or example, own=given is not None,
-                               batching=int(answers.get("max_batch_size", 0)) > 0)
+        answers.get("dtype", "FP32"),
+        str(answers.get("dims", "16")),
+        {k: answers.get(k, k.upper().replace("_NAME", "")) for k in TENSOR_KEYS},
+    )
+    frameworks.check_signature(
+        framework, given or example, own=given is not None, batching=int(answers.get("max_batch_size", 0)) > 0
+    )
 
 
 def _check_own_signature(answers: Mapping[str, Any], given: signature.Signature, python: bool) -> None:
@@ -423,15 +472,20 @@ def _check_own_signature(answers: Mapping[str, Any], given: signature.Signature,
     signature.validate(given, bf16=not python)
     if python and (answers.get("native") or answers.get("python_based_backend")):
         option = "native" if answers.get("native") else "python_based_backend"
-        raise AnswerError(f"{option} is an add/sub example and cannot serve a signature of your own.",
-                          f"Drop --set {option}=yes, or the --input/--output tensors.")
+        raise AnswerError(
+            f"{option} is an add/sub example and cannot serve a signature of your own.",
+            f"Drop --set {option}=yes, or the --input/--output tensors.",
+        )
 
 
 def _check_example_answers(answers: Mapping[str, Any]) -> None:
     """AnswerError when the add/sub example's answers do not fit: native's dtypes, distinct tensor names."""
     if answers.get("native") and answers.get("dtype") not in NATIVE_DTYPES:
-        raise AnswerError(f"native (the pybind11 add/sub) is written for {', '.join(NATIVE_DTYPES)}, not "
-                          f"{answers.get('dtype')}.", "Pick one of those dtypes, or drop --set native=yes.")
+        raise AnswerError(
+            f"native (the pybind11 add/sub) is written for {', '.join(NATIVE_DTYPES)}, not "
+            f"{answers.get('dtype')}.",
+            "Pick one of those dtypes, or drop --set native=yes.",
+        )
     tensors = [answers[k] for k in TENSOR_KEYS if k in answers]
     duplicates = sorted({t for t in tensors if tensors.count(t) > 1})
     if duplicates:

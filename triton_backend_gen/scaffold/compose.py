@@ -52,7 +52,12 @@ PATTERN_TEMPLATES = {
     "bls-decoupled": ("decoupled-backend",),
     "ensemble": ("python-backend", "cpp-backend"),
 }
-TOP_NAMES = {"bls": "bls_sync", "bls-async": "bls_async", "bls-decoupled": "bls_decoupled", "ensemble": "ensemble"}
+TOP_NAMES = {
+    "bls": "bls_sync",
+    "bls-async": "bls_async",
+    "bls-decoupled": "bls_decoupled",
+    "ensemble": "ensemble",
+}
 DEFAULT_CALLEES = {
     "bls": ("add_sub", "add_sub_2"),
     "bls-async": ("add_sub", "add_sub_2"),
@@ -93,14 +98,18 @@ def plan(template: str, given: Mapping[str, Any]) -> tuple[Composition | None, d
     callees_text, selector = rest.pop("callees", None), str(rest.pop("selector", "MODEL_NAME")).strip()
     if pattern == "none":
         if callees_text is not None:
-            raise UsageError("--set callees names the models a composed model calls.", "Add --pattern bls (or "
-                             "bls-async, bls-decoupled, ensemble), or drop --set callees.")
+            raise UsageError(
+                "--set callees names the models a composed model calls.",
+                "Add --pattern bls (or bls-async, bls-decoupled, ensemble), or drop --set callees.",
+            )
         return None, {**rest, **({"pattern": "none"} if _takes(template, "pattern") else {})}
     _check_pattern(pattern, template)
     callees = _callees(pattern, callees_text)
     top = naming.check_model_name(str(rest.pop("model_name", None) or TOP_NAMES[pattern]).strip())
     if top in callees:
-        raise UsageError(f"The top model {top!r} is also named as a callee.", "Choose another --model-name or callees.")
+        raise UsageError(
+            f"The top model {top!r} is also named as a callee.", "Choose another --model-name or callees."
+        )
     signature.check_tensor_name(selector)
     composition = Composition(pattern, template, top, callees, selector)
     answers = {**rest, "model_name": composition.template_models[0]}
@@ -115,21 +124,29 @@ def check_answers(composition: Composition, answers: Mapping[str, Any]) -> None:
     """UsageError for a template answer (resolved, typed) that a composition cannot honour."""
     for key in ("native", "python_based_backend", "auto_complete"):
         if answers.get(key) is True:
-            raise UsageError(f"--pattern {composition.pattern} cannot be combined with {key}=yes: a composed model "
-                             "reads its callees' tensors from their config.pbtxt.", f"Drop --set {key}.")
+            raise UsageError(
+                f"--pattern {composition.pattern} cannot be combined with {key}=yes: a composed model "
+                "reads its callees' tensors from their config.pbtxt.",
+                f"Drop --set {key}.",
+            )
     if answers.get("framework", "none") != "none":
-        raise UsageError(f"--pattern {composition.pattern} cannot be combined with --framework.", "Drop one of them.")
+        raise UsageError(
+            f"--pattern {composition.pattern} cannot be combined with --framework.", "Drop one of them."
+        )
 
 
 def _check_pattern(pattern: str, template: str) -> None:
     """UsageError for a pattern that is none of PATTERNS, or that composes no models of ``template``."""
     if pattern not in PATTERNS:
-        raise UsageError(f"--pattern {pattern!r} is not one of {', '.join(PATTERNS)}.",
-                         "Example: --pattern bls")
+        raise UsageError(
+            f"--pattern {pattern!r} is not one of {', '.join(PATTERNS)}.", "Example: --pattern bls"
+        )
     if template not in PATTERN_TEMPLATES[pattern]:
         which = " or ".join(PATTERN_TEMPLATES[pattern])
-        raise UsageError(f"--pattern {pattern} composes models of {which}, not of {template}.",
-                         f"Use --template {PATTERN_TEMPLATES[pattern][0]}.")
+        raise UsageError(
+            f"--pattern {pattern} composes models of {which}, not of {template}.",
+            f"Use --template {PATTERN_TEMPLATES[pattern][0]}.",
+        )
 
 
 def _takes(template: str, key: str) -> bool:
@@ -138,27 +155,45 @@ def _takes(template: str, key: str) -> bool:
 
 
 def _callees(pattern: str, text: Any) -> tuple[str, ...]:
-    names = DEFAULT_CALLEES[pattern] if text is None else tuple(n.strip() for n in str(text).split(",") if n.strip())
+    names = (
+        DEFAULT_CALLEES[pattern]
+        if text is None
+        else tuple(n.strip() for n in str(text).split(",") if n.strip())
+    )
     wanted = CALLEE_COUNT[pattern]
-    count_ok = {"one or more": len(names) >= 1, "two or more": len(names) >= 2, "one": len(names) == 1,
-                "three": len(names) == 3}[wanted]
+    count_ok = {
+        "one or more": len(names) >= 1,
+        "two or more": len(names) >= 2,
+        "one": len(names) == 1,
+        "three": len(names) == 3,
+    }[wanted]
     if not count_ok:
         example = ",".join(DEFAULT_CALLEES[pattern])
         what = "pre-processing, core and post-processing models" if pattern == "ensemble" else "callee models"
-        raise UsageError(f"--pattern {pattern} takes {wanted} {what} in --set callees, got {len(names)}.",
-                         f"Example: --set callees={example}")
+        raise UsageError(
+            f"--pattern {pattern} takes {wanted} {what} in --set callees, got {len(names)}.",
+            f"Example: --set callees={example}",
+        )
     for name in names:
         naming.check_model_name(name)
     if len(set(names)) != len(names):
-        raise UsageError(f"--set callees names a model twice: {','.join(names)}.", "Give each model its own name.")
+        raise UsageError(
+            f"--set callees names a model twice: {','.join(names)}.", "Give each model its own name."
+        )
     return names
 
 
 # ---- Growing a rendered project -------------------------------------------------------------------------
 
 
-def compose_into_tree(root: Path, composition: Composition, answers: dict[str, Any],
-                      existing: Mapping[str, str], *, fresh_project: bool) -> None:
+def compose_into_tree(
+    root: Path,
+    composition: Composition,
+    answers: dict[str, Any],
+    existing: Mapping[str, str],
+    *,
+    fresh_project: bool,
+) -> None:
     """Add ``composition``'s models to the project tree at ``root`` (a staging directory: a project being
     rendered, or a copy of an existing one's tbgen.toml and configs) and their entries to its tbgen.toml.
     ``answers``: the template's resolved answers (model_name: the first template model); ``existing``: the
@@ -167,12 +202,18 @@ def compose_into_tree(root: Path, composition: Composition, answers: dict[str, A
     references = dict(existing)
     if fresh_project:
         _place_template_reference(root, composition, references)
-    entries = _graft_missing(root, get_template(composition.template), composition.template_models,
-                             references, lambda name: {**answers, "model_name": name})
+    entries = _graft_missing(
+        root,
+        get_template(composition.template),
+        composition.template_models,
+        references,
+        lambda name: {**answers, "model_name": name},
+    )
     if composition.cpp_bls:
         python = get_template("python-backend")
-        entries += _graft_missing(root, python, composition.callees, references,
-                                  lambda name: _python_answers(python, answers, name))
+        entries += _graft_missing(
+            root, python, composition.callees, references, lambda name: _python_answers(python, answers, name)
+        )
         if fresh_project:
             _set_entry_line(root, composition.top, f"calls = {json.dumps(list(composition.callees))}")
         _add_entries(root, entries)
@@ -194,8 +235,13 @@ def _place_template_reference(root: Path, composition: Composition, references: 
     references[first] = f"references/{first}.py"
 
 
-def _graft_missing(root: Path, template: Template, names: tuple[str, ...], references: dict[str, str],
-                   answers_of: Callable[[str], dict[str, Any]]) -> list[str]:
+def _graft_missing(
+    root: Path,
+    template: Template,
+    names: tuple[str, ...],
+    references: dict[str, str],
+    answers_of: Callable[[str], dict[str, Any]],
+) -> list[str]:
     """Graft the models of ``names`` that ``references`` lacks (rendered from ``template`` with
     ``answers_of(name)``) and record their references; their [[models]] entries."""
     entries = []
@@ -212,15 +258,23 @@ def _write_bls(root: Path, comp: Composition, references: dict[str, str], top_re
     _check_bls_callee(comp, callee)
     outputs = [t.name for t in callee.output]
     context: dict[str, Any] = {
-        "name": comp.top, "callees": list(comp.callees), "selector": comp.selector,
-        "inputs": [t.name for t in callee.input], "outputs": outputs,
+        "name": comp.top,
+        "callees": list(comp.callees),
+        "selector": comp.selector,
+        "inputs": [t.name for t in callee.input],
+        "outputs": outputs,
         "take": {o: comp.callees[i % len(comp.callees)] for i, o in enumerate(outputs)},
-        "callee": comp.callees[0], "output_tensors": [_tensor_context(t) for t in callee.output],
+        "callee": comp.callees[0],
+        "output_tensors": [_tensor_context(t) for t in callee.output],
         **_loader_context(references, top_reference, comp.callees),
     }
     kind = comp.pattern.replace("-", "_")
-    _write_model(root, _bls_config(comp, callee), f"BLS model {comp.top}: {_bls_summary(comp)} (1/model.py).",
-                 _render(f"{kind}.py.j2", context))
+    _write_model(
+        root,
+        _bls_config(comp, callee),
+        f"BLS model {comp.top}: {_bls_summary(comp)} (1/model.py).",
+        _render(f"{kind}.py.j2", context),
+    )
     _write_new(root / top_reference, _render(f"reference_{kind}.py.j2", context))
     return [model_entries.entry(comp.top, pattern=comp.pattern, reference=top_reference, calls=comp.callees)]
 
@@ -229,20 +283,26 @@ def _check_bls_callee(comp: Composition, callee: Any) -> None:
     """UsageError when the BLS model cannot take the tensors of its first callee (config ``callee``): a
     selector that is one of its inputs, or, summing a decoupled model's responses, a BYTES output."""
     if comp.pattern == "bls" and comp.selector in {t.name for t in callee.input}:
-        raise UsageError(f"The selector {comp.selector!r} is also an input of {comp.callees[0]}.",
-                         "Choose another with --set selector=NAME.")
+        raise UsageError(
+            f"The selector {comp.selector!r} is also an input of {comp.callees[0]}.",
+            "Choose another with --set selector=NAME.",
+        )
     if comp.pattern == "bls-decoupled":
         blocked = [t.name for t in callee.output if t.data_type == model_config_pb2.TYPE_STRING]
         if blocked:
-            raise UsageError(f"--pattern bls-decoupled sums the responses of {comp.callees[0]}, but "
-                             f"{', '.join(blocked)} is BYTES.", "Give the decoupled model numeric outputs.")
+            raise UsageError(
+                f"--pattern bls-decoupled sums the responses of {comp.callees[0]}, but "
+                f"{', '.join(blocked)} is BYTES.",
+                "Give the decoupled model numeric outputs.",
+            )
 
 
 def _bls_config(comp: Composition, callee: Any) -> Any:
     """The BLS model's configuration: the first callee's tensors (the router's selector input first), one CPU
     instance."""
-    config = model_config_pb2.ModelConfig(name=comp.top, backend="python",
-                                          max_batch_size=callee.max_batch_size)
+    config = model_config_pb2.ModelConfig(
+        name=comp.top, backend="python", max_batch_size=callee.max_batch_size
+    )
     if comp.pattern == "bls":
         config.input.add(name=comp.selector, data_type=model_config_pb2.TYPE_STRING, dims=[1])
     config.input.extend(callee.input)
@@ -253,13 +313,16 @@ def _bls_config(comp: Composition, callee: Any) -> Any:
 
 def _bls_summary(comp: Composition) -> str:
     """What the BLS model does, for the comment heading its config.pbtxt."""
-    return {"bls": f"routes each request to the model its {comp.selector} input names",
-            "bls-async": f"sends each request to {', '.join(comp.callees)} at once",
-            "bls-decoupled": f"sums the responses {comp.callees[0]} streams"}[comp.pattern]
+    return {
+        "bls": f"routes each request to the model its {comp.selector} input names",
+        "bls-async": f"sends each request to {', '.join(comp.callees)} at once",
+        "bls-decoupled": f"sums the responses {comp.callees[0]} streams",
+    }[comp.pattern]
 
 
-def _write_ensemble(root: Path, comp: Composition, references: dict[str, str],
-                    top_reference: str) -> list[str]:
+def _write_ensemble(
+    root: Path, comp: Composition, references: dict[str, str], top_reference: str
+) -> list[str]:
     """Write the ensemble (config.pbtxt, reference) and the Python steps around its core that ``references``
     lacks; their entries, the ensemble's first."""
     pre, core_name, post = comp.callees
@@ -270,22 +333,46 @@ def _write_ensemble(root: Path, comp: Composition, references: dict[str, str],
     entries = []
     # Each step takes the tensors under the names its mapping's keys give them, and returns them under the
     # names of its values (pre: INPUT0 -> PREPROCESSED_INPUT0; post: RAW_OUTPUT0 -> OUTPUT0).
-    for step, role, tensors, mapping in ((pre, "pre-processing", core.input, to_core),
-                                         (post, "post-processing", core.output, to_post)):
+    for step, role, tensors, mapping in (
+        (pre, "pre-processing", core.input, to_core),
+        (post, "post-processing", core.output, to_post),
+    ):
         if step in references:
             continue
-        context = {"name": step, "role": role, "ensemble": comp.top, "core": core_name, "mapping": mapping,
-                   "sources": to_post, **_loader_context(references, f"references/{step}.py", (core_name,))}
-        _write_model(root, _step_config(step, tensors, mapping, core.max_batch_size),
-                     f"The {role} step of ensemble {comp.top} (1/model.py).", _render("step.py.j2", context))
+        context = {
+            "name": step,
+            "role": role,
+            "ensemble": comp.top,
+            "core": core_name,
+            "mapping": mapping,
+            "sources": to_post,
+            **_loader_context(references, f"references/{step}.py", (core_name,)),
+        }
+        _write_model(
+            root,
+            _step_config(step, tensors, mapping, core.max_batch_size),
+            f"The {role} step of ensemble {comp.top} (1/model.py).",
+            _render("step.py.j2", context),
+        )
         _write_new(root / "references" / f"{step}.py", _render("reference_step.py.j2", context))
         references[step] = f"references/{step}.py"
         entries.append(model_entries.entry(step, reference=f"references/{step}.py"))
-    _write_model(root, _ensemble_config(comp, core, to_core, to_post),
-                 f"Ensemble {comp.top}: {pre} -> {core_name} -> {post}; each step's input_map reads ensemble "
-                 "tensors by the step's own input names, output_map names what it writes.", None)
-    context = {"name": comp.top, "pre": pre, "core": core_name, "post": post, "to_core": to_core,
-               "to_post": to_post, **_loader_context(references, top_reference, comp.callees)}
+    _write_model(
+        root,
+        _ensemble_config(comp, core, to_core, to_post),
+        f"Ensemble {comp.top}: {pre} -> {core_name} -> {post}; each step's input_map reads ensemble "
+        "tensors by the step's own input names, output_map names what it writes.",
+        None,
+    )
+    context = {
+        "name": comp.top,
+        "pre": pre,
+        "core": core_name,
+        "post": post,
+        "to_core": to_core,
+        "to_post": to_post,
+        **_loader_context(references, top_reference, comp.callees),
+    }
     _write_new(root / top_reference, _render("reference_ensemble.py.j2", context))
     top = model_entries.entry(comp.top, pattern="ensemble", reference=top_reference, calls=comp.callees)
     return [top, *entries]
@@ -296,12 +383,18 @@ def _check_ensemble_core(name: str, core: Any) -> None:
     input, a BF16 tensor."""
     problems = [t.name for t in core.input if t.optional]
     if problems:
-        raise UsageError(f"--pattern ensemble: {name}'s input {', '.join(problems)} is optional; an "
-                         "ensemble's steps take every tensor they declare.", "Make the inputs required.")
+        raise UsageError(
+            f"--pattern ensemble: {name}'s input {', '.join(problems)} is optional; an "
+            "ensemble's steps take every tensor they declare.",
+            "Make the inputs required.",
+        )
     bf16 = [t.name for t in (*core.input, *core.output) if t.data_type == model_config_pb2.TYPE_BF16]
     if bf16:
-        raise UsageError(f"--pattern ensemble: {', '.join(bf16)} is BF16, which the Python steps cannot "
-                         "handle (numpy has no bfloat16).", "Use FP16 or FP32 for the tensors between steps.")
+        raise UsageError(
+            f"--pattern ensemble: {', '.join(bf16)} is BF16, which the Python steps cannot "
+            "handle (numpy has no bfloat16).",
+            "Use FP16 or FP32 for the tensors between steps.",
+        )
 
 
 def _step_config(name: str, tensors: Any, mapping: Mapping[str, str], max_batch_size: int) -> Any:
@@ -317,20 +410,23 @@ def _step_config(name: str, tensors: Any, mapping: Mapping[str, str], max_batch_
     return config
 
 
-def _ensemble_config(comp: Composition, core: Any, to_core: Mapping[str, str],
-                     to_post: Mapping[str, str]) -> Any:
+def _ensemble_config(
+    comp: Composition, core: Any, to_core: Mapping[str, str], to_post: Mapping[str, str]
+) -> Any:
     """The ensemble's configuration: the core's tensors, and its three steps wired by the steps' tensor
     names."""
     pre, core_name, post = comp.callees
-    config = model_config_pb2.ModelConfig(name=comp.top, platform="ensemble",
-                                          max_batch_size=core.max_batch_size)
+    config = model_config_pb2.ModelConfig(
+        name=comp.top, platform="ensemble", max_batch_size=core.max_batch_size
+    )
     for t in core.input:
         config.input.add(name=t.name, data_type=t.data_type, dims=t.dims)
     for t in core.output:
         config.output.add(name=t.name, data_type=t.data_type, dims=t.dims)
     # Ensemble tensors take the names the steps give their outputs.
-    first, middle, last = (config.ensemble_scheduling.step.add(model_name=m, model_version=-1)
-                           for m in (pre, core_name, post))
+    first, middle, last = (
+        config.ensemble_scheduling.step.add(model_name=m, model_version=-1) for m in (pre, core_name, post)
+    )
     for name, preprocessed in to_core.items():
         first.input_map[name] = name
         first.output_map[preprocessed] = preprocessed
@@ -348,16 +444,19 @@ def _graft(root: Path, template: Template, answers: dict[str, Any], name: str) -
         rendered = render_into(template, answers, Path(scratch))
         source = rendered / "model_repository" / name
         if not source.is_dir():
-            raise ScaffoldError(f"Template {template.name} rendered no model_repository/{name}.",
-                                "This is a bug in the template.")
+            raise ScaffoldError(
+                f"Template {template.name} rendered no model_repository/{name}.",
+                "This is a bug in the template.",
+            )
         _copy_new(source, root / "model_repository" / name)
         _copy_new(rendered / "reference.py", root / "references" / f"{name}.py")
         decoupled = template.name == "decoupled-backend"
         python = template.name == "python-backend" or answers.get("language") == "python"
         rendered_models = load_project(rendered).models
     metrics = rendered_models[0].metrics if rendered_models else ()
-    return model_entries.entry(name, decoupled=decoupled, reference=f"references/{name}.py", python=python,
-                               metrics=metrics)
+    return model_entries.entry(
+        name, decoupled=decoupled, reference=f"references/{name}.py", python=python, metrics=metrics
+    )
 
 
 def _python_answers(python: Template, answers: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -370,8 +469,11 @@ def _python_answers(python: Template, answers: Mapping[str, Any], name: str) -> 
 def _tensor_context(tensor: Any) -> dict[str, Any]:
     wire = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
     wire = "BYTES" if wire == "STRING" else wire
-    return {"name": tensor.name, "np": signature.datatype(wire).numpy,
-            "empty_shape": [1 if d == -1 else d for d in tensor.dims]}
+    return {
+        "name": tensor.name,
+        "np": signature.datatype(wire).numpy,
+        "empty_shape": [1 if d == -1 else d for d in tensor.dims],
+    }
 
 
 def _loader_context(references: Mapping[str, str], own: str, needed: tuple[str, ...]) -> dict[str, Any]:
@@ -382,8 +484,10 @@ def _loader_context(references: Mapping[str, str], own: str, needed: tuple[str, 
 
 def _render(name: str, context: Mapping[str, Any]) -> str:
     environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir() / "_patterns"), keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined)
+        loader=jinja2.FileSystemLoader(templates_dir() / "_patterns"),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     environment.filters["tojson"] = lambda value: json.dumps(value)
     return environment.get_template(name).render(**context)
 
@@ -409,14 +513,18 @@ def _write_model(root: Path, config: Any, comment: str, model_py: str | None) ->
 
 def _write_new(path: Path, text: str) -> None:
     if path.exists():
-        raise UsageError(f"{path} already exists; tbgen does not write over it.", "Move it away or choose other names.")
+        raise UsageError(
+            f"{path} already exists; tbgen does not write over it.", "Move it away or choose other names."
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
 
 
 def _copy_new(source: Path, dest: Path) -> None:
     if dest.exists():
-        raise UsageError(f"{dest} already exists; tbgen does not write over it.", "Move it away or choose other names.")
+        raise UsageError(
+            f"{dest} already exists; tbgen does not write over it.", "Move it away or choose other names."
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     if source.is_dir():
         shutil.copytree(source, dest)
@@ -445,8 +553,9 @@ def _add_entries(root: Path, entries: list[str], *, first: bool = False) -> None
 # ---- tbgen add model ------------------------------------------------------------------------------------
 
 
-def compose_into_project(project: Project, name: str, template: str | None,
-                         given: Mapping[str, Any]) -> list[Path]:
+def compose_into_project(
+    project: Project, name: str, template: str | None, given: Mapping[str, Any]
+) -> list[Path]:
     """Add model ``name`` (with ``given['pattern']``: a composed model and the callees the project lacks) to
     ``project``; returns the files written. Only new files are written, and tbgen.toml gains their entries;
     nothing is written when anything fails."""
@@ -454,13 +563,21 @@ def compose_into_project(project: Project, name: str, template: str | None,
     composition, rest = plan(spec.name, {**given, "model_name": name})
     if composition is None and any(m.name == name for m in project.models):
         raise UsageError(f"{project.name} has a model {name!r} already.", "Choose another name.")
-    answers = resolve_answers(spec, {**_project_answers(project, spec), **rest, "project_name": project.name,
-                                     "backend_name": project.backend})
+    answers = resolve_answers(
+        spec,
+        {
+            **_project_answers(project, spec),
+            **rest,
+            "project_name": project.name,
+            "backend_name": project.backend,
+        },
+    )
     if composition is not None:
         check_answers(composition, answers)
     _check_served_by(project, spec, answers)
-    existing = {m.name: str((m.reference or project.reference_file).relative_to(project.root))
-                for m in project.models}
+    existing = {
+        m.name: str((m.reference or project.reference_file).relative_to(project.root)) for m in project.models
+    }
     _check_callees_listed(project, composition, existing)
     with tempfile.TemporaryDirectory(prefix=".tbgen-add-", dir=project.root) as scratch:
         staging = Path(scratch)
@@ -472,23 +589,35 @@ def compose_into_project(project: Project, name: str, template: str | None,
 def _project_answers(project: Project, spec: Template) -> dict[str, Any]:
     """The answers ``project`` was rendered with that a model of ``spec`` takes too (not its model's name and
     pattern): the new model's defaults."""
-    return {key: value for key, value in project.answers.items()
-            if spec.option(key) is not None and key not in ("model_name", "pattern")}
+    return {
+        key: value
+        for key, value in project.answers.items()
+        if spec.option(key) is not None and key not in ("model_name", "pattern")
+    }
 
 
-def _check_callees_listed(project: Project, composition: Composition | None,
-                          existing: Mapping[str, str]) -> None:
+def _check_callees_listed(
+    project: Project, composition: Composition | None, existing: Mapping[str, str]
+) -> None:
     """UsageError for a callee the model repository holds but tbgen.toml does not list (it has no
     reference)."""
-    for model in (composition.callees if composition else ()):
+    for model in composition.callees if composition else ():
         if (project.model_repository / model).is_dir() and model not in existing:
-            raise UsageError(f"Model {model} is in the repository but not in tbgen.toml, so it has no "
-                             "reference.",
-                             f'Add a [[models]] entry for it with reference = "references/{model}.py".')
+            raise UsageError(
+                f"Model {model} is in the repository but not in tbgen.toml, so it has no reference.",
+                f'Add a [[models]] entry for it with reference = "references/{model}.py".',
+            )
 
 
-def _grow_staging(project: Project, staging: Path, composition: Composition | None, answers: dict[str, Any],
-                  existing: Mapping[str, str], spec: Template, name: str) -> list[Path]:
+def _grow_staging(
+    project: Project,
+    staging: Path,
+    composition: Composition | None,
+    answers: dict[str, Any],
+    existing: Mapping[str, str],
+    spec: Template,
+    name: str,
+) -> list[Path]:
     """Grow a copy of the project's tbgen.toml and configs in ``staging`` by the new models; the files written."""
     shutil.copy2(project.project_file, staging / "tbgen.toml")
     for model in project.models:
@@ -509,8 +638,10 @@ def _copy_into_project(project: Project, staging: Path, written: list[Path]) -> 
     destinations = [project.root / file.relative_to(staging) for file in written]
     clashes = [dest for dest in destinations if dest.exists()]
     if clashes:
-        raise UsageError(f"{clashes[0]} already exists; `tbgen add model` writes only new files.",
-                         "Choose other model names, or move the file away.")
+        raise UsageError(
+            f"{clashes[0]} already exists; `tbgen add model` writes only new files.",
+            "Choose other model names, or move the file away.",
+        )
     for file, dest in zip(written, destinations, strict=True):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(file, dest)
@@ -523,15 +654,24 @@ def _check_served_by(project: Project, spec: Template, answers: Mapping[str, Any
     if not _served_by_library(spec, answers):
         return
     if not project.is_cpp or spec.name != project.template:
-        raise UsageError(f"A {spec.name} model is served by a C++ backend library of its own; {project.name} does "
-                         "not build one of that template.",
-                         f"Create it with `tbgen new ... --template {spec.name}`, or add a python-backend model.")
-    differ = sorted(key for key, value in answers.items()
-                    if key in project.answers and key not in ("model_name", "project_name", "backend_name")
-                    and project.answers[key] != value)
+        raise UsageError(
+            f"A {spec.name} model is served by a C++ backend library of its own; {project.name} does "
+            "not build one of that template.",
+            f"Create it with `tbgen new ... --template {spec.name}`, or add a python-backend model.",
+        )
+    differ = sorted(
+        key
+        for key, value in answers.items()
+        if key in project.answers
+        and key not in ("model_name", "project_name", "backend_name")
+        and project.answers[key] != value
+    )
     if differ:
-        raise UsageError(f"{project.name}'s library is built for its own tensors; this model differs in "
-                         f"{', '.join(differ)}.", "Add it with the project's answers, or as a python-backend model.")
+        raise UsageError(
+            f"{project.name}'s library is built for its own tensors; this model differs in "
+            f"{', '.join(differ)}.",
+            "Add it with the project's answers, or as a python-backend model.",
+        )
 
 
 def _served_by_library(spec: Template, answers: Mapping[str, Any]) -> bool:
@@ -552,8 +692,13 @@ class AddCommand:
     template: str | None
     given: dict[str, Any]
 
-    def line(self, project: Project, tensors: signature.Signature, template: str | None = None,
-             settings: Mapping[str, str] | None = None) -> str:
+    def line(
+        self,
+        project: Project,
+        tensors: signature.Signature,
+        template: str | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> str:
         """The command with ``tensors`` as its --input/--output flags (and ``template`` and ``settings`` instead of
         the user's)."""
         template = template or self.template
@@ -568,9 +713,11 @@ class AddCommand:
     def _settings(self, spec: Template) -> dict[str, str]:
         """The user's --set answers a model of ``spec`` takes (a composition's callees and selector too), as
         flag values."""
-        return {key: _flag_value(value) for key, value in self.given.items()
-                if key in ("callees", "selector")
-                or (key not in ("pattern", "signature") and spec.option(key))}
+        return {
+            key: _flag_value(value)
+            for key, value in self.given.items()
+            if key in ("callees", "selector") or (key not in ("pattern", "signature") and spec.option(key))
+        }
 
 
 def _tensor_flags(tensors: signature.Signature) -> list[str]:
@@ -601,8 +748,13 @@ def _check_library_tensors(project: Project, staging: Path, written: list[Path],
     if not served:
         return
     library = _library_signature(project, staging, served[0])
-    new_models = sorted({p.relative_to(staging).parts[1] for p in written
-                         if p.relative_to(staging).parts[0] == "model_repository"})
+    new_models = sorted(
+        {
+            p.relative_to(staging).parts[1]
+            for p in written
+            if p.relative_to(staging).parts[0] == "model_repository"
+        }
+    )
     for model in new_models:
         tensors = _library_signature(project, staging, model)
         if tensors is None or _same_tensors(tensors, library):
@@ -613,7 +765,8 @@ def _check_library_tensors(project: Project, staging: Path, written: list[Path],
             f"{tensors.describe()}, and the library would refuse it when it loads. A model of the project's C++ "
             "library must have the library's tensors.",
             f"Give it the library's tensors: `{command.line(project, library)}`\n"
-            f"or serve it with Triton's python backend: `{command.line(project, tensors, *_python_twin(project))}`")
+            f"or serve it with Triton's python backend: `{command.line(project, tensors, *_python_twin(project))}`",
+        )
 
 
 def _python_twin(project: Project) -> tuple[str, dict[str, str]]:
@@ -632,18 +785,26 @@ def _library_signature(project: Project, staging: Path, model: str) -> signature
     config = load_model_config(file)
     if config.backend != project.backend:
         return None
-    return signature.Signature(tuple(_flag_tensor(t, output=False) for t in config.input),
-                               tuple(_flag_tensor(t, output=True) for t in config.output))
+    return signature.Signature(
+        tuple(_flag_tensor(t, output=False) for t in config.input),
+        tuple(_flag_tensor(t, output=True) for t in config.output),
+    )
 
 
 def _flag_tensor(tensor: Any, *, output: bool) -> signature.Tensor:
     wire = model_config_pb2.DataType.Name(tensor.data_type).removeprefix("TYPE_")
-    return signature.Tensor(tensor.name, "BYTES" if wire == "STRING" else wire, tuple(tensor.dims),
-                            optional=bool(not output and tensor.optional),
-                            reshape=tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None)
+    return signature.Tensor(
+        tensor.name,
+        "BYTES" if wire == "STRING" else wire,
+        tuple(tensor.dims),
+        optional=bool(not output and tensor.optional),
+        reshape=tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None,
+    )
 
 
 def _same_tensors(a: signature.Signature, b: signature.Signature) -> bool:
     """The same tensors, in any order (the library looks each one up by name)."""
-    return all(sorted(x, key=lambda t: t.name) == sorted(y, key=lambda t: t.name)
-               for x, y in ((a.inputs, b.inputs), (a.outputs, b.outputs)))
+    return all(
+        sorted(x, key=lambda t: t.name) == sorted(y, key=lambda t: t.name)
+        for x, y in ((a.inputs, b.inputs), (a.outputs, b.outputs))
+    )

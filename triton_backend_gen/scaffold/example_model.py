@@ -29,8 +29,11 @@ class ExampleModel:
 
 def pythons() -> list[str]:
     """Interpreters to try, in order, without repeats."""
-    found = [sys.executable, *(str(Path(d) / "python3") for d in os.environ.get("PATH", "").split(os.pathsep) if d),
-             str(SYSTEM_PYTHON)]
+    found = [
+        sys.executable,
+        *(str(Path(d) / "python3") for d in os.environ.get("PATH", "").split(os.pathsep) if d),
+        str(SYSTEM_PYTHON),
+    ]
     seen: list[str] = []
     for python in found:
         resolved = shutil.which(python)
@@ -42,7 +45,9 @@ def pythons() -> list[str]:
 def python_with(module: str) -> str | None:
     """The first interpreter of :func:`pythons` that imports ``module``."""
     for python in pythons():
-        probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True, timeout=120, check=False)
+        probe = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, timeout=120, check=False
+        )
         if probe.returncode == 0:
             return python
     return None
@@ -56,13 +61,19 @@ def write_example_model(root: Path, model_dir: Path, framework: Framework) -> Ex
         return ExampleModel(path, False, f"{path} exists; left as it is")
     python = python_with(framework.python_module)
     if python is None:
-        return ExampleModel(path, False, f"no Python here imports {framework.python_module}, so {path.name} was not "
-                                         f"written. Get one ({framework.python_package}), then run: "
-                                         f"python3 {script}")
-    result = subprocess.run([python, str(script)], cwd=root, capture_output=True, text=True,
-                            timeout=EXPORT_TIMEOUT_S, check=False)
+        return ExampleModel(
+            path,
+            False,
+            f"no Python here imports {framework.python_module}, so {path.name} was not "
+            f"written. Get one ({framework.python_package}), then run: "
+            f"python3 {script}",
+        )
+    result = subprocess.run(
+        [python, str(script)], cwd=root, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False
+    )
     if result.returncode != 0 or not path.is_file():
         last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
-        return ExampleModel(path, False, f"{script.name} failed with {python}: {last[0]}. Fix it, then run: "
-                                         f"python3 {script}")
+        return ExampleModel(
+            path, False, f"{script.name} failed with {python}: {last[0]}. Fix it, then run: python3 {script}"
+        )
     return ExampleModel(path, True, f"wrote {path} with {python}")

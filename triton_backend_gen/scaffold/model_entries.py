@@ -31,8 +31,16 @@ class _Block:
     end: int
 
 
-def entry(name: str, *, decoupled: bool = False, pattern: str = "", reference: str, python: bool = True,
-          calls: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> str:
+def entry(
+    name: str,
+    *,
+    decoupled: bool = False,
+    pattern: str = "",
+    reference: str,
+    python: bool = True,
+    calls: tuple[str, ...] = (),
+    metrics: tuple[str, ...] = (),
+) -> str:
     """A [[models]] entry; ``python``: served by Triton's python backend (``backend = "python"``); ``calls``:
     the models a composed model sends requests to; ``metrics``: the custom metric families it publishes."""
     lines = ["[[models]]", f'name = "{name}"', f"decoupled = {'true' if decoupled else 'false'}"]
@@ -77,7 +85,7 @@ def remove_entries(text: str, names: Iterable[str]) -> str:
     lines = text.splitlines(keepends=True)
     for block in reversed(_blocks(lines)):
         if block.name in names:
-            del lines[block.start:block.end]
+            del lines[block.start : block.end]
     result = "".join(lines)
     return result.rstrip("\n") + "\n" if result.strip() else ""
 
@@ -86,7 +94,7 @@ def entry_text(text: str, name: str) -> str | None:
     """The block of the [[models]] entry of ``name`` in ``text`` (None when it has none)."""
     lines = text.splitlines(keepends=True)
     block = next((b for b in _blocks(lines) if b.name == name), None)
-    return None if block is None else "".join(lines[block.start:block.end]).rstrip("\n")
+    return None if block is None else "".join(lines[block.start : block.end]).rstrip("\n")
 
 
 def set_entry_line(text: str, model: str, line: str) -> str:
@@ -103,12 +111,16 @@ def checked(text: str, names: list[str], where: str) -> str:
     try:
         found = [str(m.get("name")) for m in model_tables(text)]
     except TOMLError as err:
-        raise ScaffoldError(f"Editing the [[models]] entries of {where} would leave it unreadable: {err}.",
-                            "Edit its [[models]] entries by hand; tbgen left the file as it was.") from err
+        raise ScaffoldError(
+            f"Editing the [[models]] entries of {where} would leave it unreadable: {err}.",
+            "Edit its [[models]] entries by hand; tbgen left the file as it was.",
+        ) from err
     if found != names:
-        raise ScaffoldError(f"Editing the [[models]] entries of {where} would list {', '.join(found)} instead of "
-                            f"{', '.join(names)}.",
-                            "Edit its [[models]] entries by hand; tbgen left the file as it was.")
+        raise ScaffoldError(
+            f"Editing the [[models]] entries of {where} would list {', '.join(found)} instead of "
+            f"{', '.join(names)}.",
+            "Edit its [[models]] entries by hand; tbgen left the file as it was.",
+        )
     return text
 
 
@@ -119,7 +131,7 @@ def _blocks(lines: list[str]) -> list[_Block]:
     for index, (start, (array, key)) in enumerate(headers):
         if not (array and key == _MODELS):
             continue
-        following = [i for i, (a, k) in headers[index + 1:] if not k.startswith(_MODELS + ".")]
+        following = [i for i, (a, k) in headers[index + 1 :] if not k.startswith(_MODELS + ".")]
         end = _attached_comments_start(lines, following[0]) if following else len(lines)
         blocks.append(_Block(_entry_name(lines[start:end]), start, end))
     return blocks

@@ -23,10 +23,33 @@ MAX_PROJECT_NAME = 128
 # shadowed by, or shadow, the real one in /opt/tritonserver/backends.
 RESERVED_BACKEND_NAMES = frozenset(
     {
-        "python", "onnxruntime", "pytorch", "libtorch", "tensorrt", "tensorflow", "tensorflow1", "tensorflow2",
-        "openvino", "fil", "dali", "vllm", "tensorrtllm", "identity", "repeat", "square", "sequence",
-        "dyna_sequence", "distributed_addsub", "recommended", "minimal", "armnn_tflite", "tflite", "hugectr",
-        "paddle", "ensemble", "triton",
+        "python",
+        "onnxruntime",
+        "pytorch",
+        "libtorch",
+        "tensorrt",
+        "tensorflow",
+        "tensorflow1",
+        "tensorflow2",
+        "openvino",
+        "fil",
+        "dali",
+        "vllm",
+        "tensorrtllm",
+        "identity",
+        "repeat",
+        "square",
+        "sequence",
+        "dyna_sequence",
+        "distributed_addsub",
+        "recommended",
+        "minimal",
+        "armnn_tflite",
+        "tflite",
+        "hugectr",
+        "paddle",
+        "ensemble",
+        "triton",
     }
 )
 
@@ -48,8 +71,10 @@ def check_project_name(name: str) -> str:
             "Example: my-backend",
         )
     if len(name) > MAX_PROJECT_NAME:
-        raise AnswerError(f"Project name {name[:32]!r}... is longer than {MAX_PROJECT_NAME} characters.",
-                          "Example: my-backend")
+        raise AnswerError(
+            f"Project name {name[:32]!r}... is longer than {MAX_PROJECT_NAME} characters.",
+            "Example: my-backend",
+        )
     return name
 
 

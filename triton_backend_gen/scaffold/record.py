@@ -52,7 +52,9 @@ class Recipe:
     template_version: str
     given: dict[str, Any]  # the answers the user gave (flags, --set, answers file, prompts), before defaults
     additions: tuple[Addition, ...] = ()
-    carried: tuple[str, ...] = ()  # files of no template (label files of --from-config), taken from the record
+    carried: tuple[
+        str, ...
+    ] = ()  # files of no template (label files of --from-config), taken from the record
     releases: tuple[str, ...] = ()  # every release the project was generated at or updated to, oldest first
     tbgen_version: str = __version__
 
@@ -68,18 +70,29 @@ class Recipe:
         return replace(self, additions=(*self.additions, *more))
 
     def to_json(self) -> dict[str, Any]:
-        return {"tbgen_version": self.tbgen_version, "template": self.template,
-                "template_version": self.template_version, "given": self.given,
-                "additions": [{"name": a.name, "template": a.template, "given": a.given} for a in self.additions],
-                "carried": list(self.carried), "releases": list(self.releases)}
+        return {
+            "tbgen_version": self.tbgen_version,
+            "template": self.template,
+            "template_version": self.template_version,
+            "given": self.given,
+            "additions": [{"name": a.name, "template": a.template, "given": a.given} for a in self.additions],
+            "carried": list(self.carried),
+            "releases": list(self.releases),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Recipe:
-        return cls(template=data["template"], template_version=data["template_version"], given=dict(data["given"]),
-                   additions=tuple(Addition(a["name"], a.get("template"), dict(a["given"]))
-                                   for a in data.get("additions", [])),
-                   carried=tuple(data.get("carried", [])), releases=tuple(data.get("releases", [])),
-                   tbgen_version=data.get("tbgen_version", "unknown"))
+        return cls(
+            template=data["template"],
+            template_version=data["template_version"],
+            given=dict(data["given"]),
+            additions=tuple(
+                Addition(a["name"], a.get("template"), dict(a["given"])) for a in data.get("additions", [])
+            ),
+            carried=tuple(data.get("carried", [])),
+            releases=tuple(data.get("releases", [])),
+            tbgen_version=data.get("tbgen_version", "unknown"),
+        )
 
 
 @dataclass(frozen=True)
@@ -100,16 +113,25 @@ def read_tree(root: Path) -> dict[str, GeneratedFile]:
         relative = path.relative_to(root)
         if _SKIPPED_PARTS & set(relative.parts) or path.is_symlink() or not path.is_file():
             continue
-        files[relative.as_posix()] = GeneratedFile(path.read_bytes(), bool(path.stat().st_mode & stat.S_IXUSR))
+        files[relative.as_posix()] = GeneratedFile(
+            path.read_bytes(), bool(path.stat().st_mode & stat.S_IXUSR)
+        )
     return files
 
 
 def pack(record: Record) -> bytes:
     """The record as a deterministic gzip tarball."""
     buffer = io.BytesIO()
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed, \
-            tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        _add(tar, _RECIPE, json.dumps(record.recipe.to_json(), indent=1, sort_keys=True, default=str).encode(), False)
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        _add(
+            tar,
+            _RECIPE,
+            json.dumps(record.recipe.to_json(), indent=1, sort_keys=True, default=str).encode(),
+            False,
+        )
         for relative, file in sorted(record.files.items()):
             _add(tar, _FILES + relative, file.data, file.executable)
     return buffer.getvalue()
@@ -132,12 +154,15 @@ def unpack(data: bytes, source: Path) -> Record:
                 content = tar.extractfile(member).read()  # type: ignore[union-attr]
                 if member.name == _RECIPE:
                     recipe = Recipe.from_json(json.loads(content))
-                elif member.name.startswith(_FILES) and _safe(member.name[len(_FILES):]):
-                    files[member.name[len(_FILES):]] = GeneratedFile(content, bool(member.mode & stat.S_IXUSR))
+                elif member.name.startswith(_FILES) and _safe(member.name[len(_FILES) :]):
+                    files[member.name[len(_FILES) :]] = GeneratedFile(
+                        content, bool(member.mode & stat.S_IXUSR)
+                    )
     except (OSError, tarfile.TarError, ValueError, KeyError, TypeError) as err:
-        raise ProjectError(f"{source} is not a readable generation record: {err}",
-                           "Restore it from version control; without it `tbgen update` cannot tell your edits "
-                           "from tbgen's.") from err
+        raise ProjectError(
+            f"{source} is not a readable generation record: {err}",
+            "Restore it from version control; without it `tbgen update` cannot tell your edits from tbgen's.",
+        ) from err
     if recipe is None:
         raise ProjectError(f"{source} holds no recipe.", "Restore it from version control.")
     return Record(recipe, files)

@@ -59,11 +59,17 @@ def remove_model_from_project(project: Project, name: str, *, force: bool = Fals
     ``force``: remove the user's edits and files under them too, and work without a generation record."""
     project.model(name)  # UsageError naming the models when there is none of that name
     if len(project.models) == 1:
-        raise UsageError(f"Model {name!r} is {project.name}'s only model; a project serves one at least.",
-                         "Add another model first (`tbgen add model`), or delete the project's directory.")
+        raise UsageError(
+            f"Model {name!r} is {project.name}'s only model; a project serves one at least.",
+            "Add another model first (`tbgen add model`), or delete the project's directory.",
+        )
     _check_uncalled(project, name, {name})
     record = read_record(project.root)
-    made = _made_with(record, project, name, force) if record is not None else _without_record(project, name, force)
+    made = (
+        _made_with(record, project, name, force)
+        if record is not None
+        else _without_record(project, name, force)
+    )
     models, kept = _removable(project, name, made)
     files = _files(project, models)
     current = project.project_file.read_text()
@@ -71,7 +77,9 @@ def remove_model_from_project(project: Project, name: str, *, force: bool = Fals
         _check_unedited(project, record, name, models, files, current, force)
     writes = [(project.project_file, GeneratedFile(_without(current, models, "tbgen.toml").encode()))]
     if record is not None:
-        writes.append((project.root / RECORD_FILE, GeneratedFile(pack(_forget(record, project, name, models)))))
+        writes.append(
+            (project.root / RECORD_FILE, GeneratedFile(pack(_forget(record, project, name, models))))
+        )
     _commit(project, models, files, writes)
     return Removal(tuple(models), tuple(files), kept, record is not None)
 
@@ -89,10 +97,12 @@ def _check_uncalled(project: Project, name: str, leaving: set[str]) -> None:
     if callers:
         listed = ", ".join(callers)
         them = "them" if len(callers) > 1 else "it"
-        raise UsageError(f"Model {name!r} is called by {listed} (calls = [...] in tbgen.toml); removing it would "
-                         f"break {them}.",
-                         f"Remove {listed} first, or change {them} to call other models (the code and the calls in "
-                         f"tbgen.toml), then run `tbgen remove model {name}{project.project_option()}` again.")
+        raise UsageError(
+            f"Model {name!r} is called by {listed} (calls = [...] in tbgen.toml); removing it would "
+            f"break {them}.",
+            f"Remove {listed} first, or change {them} to call other models (the code and the calls in "
+            f"tbgen.toml), then run `tbgen remove model {name}{project.project_option()}` again.",
+        )
 
 
 def _made_with(record: Record, project: Project, name: str, force: bool) -> list[str]:
@@ -104,35 +114,45 @@ def _made_with(record: Record, project: Project, name: str, force: bool) -> list
     if owner == name:
         return [model for model, made_by in owners.items() if made_by == name]
     if owner is None:
-        raise UsageError(f"Model {name!r} came with {project.name} from `tbgen new` (its template's); `tbgen remove "
-                         "model` removes the models `tbgen add model` added.",
-                         f"The template's models are what {project.name}'s code is generated for, and `tbgen update` "
-                         "renders them again. To go on without it anyway, delete "
-                         f"{_relative(project, project.model_repository / name)}/ and its [[models]] entry yourself.")
+        raise UsageError(
+            f"Model {name!r} came with {project.name} from `tbgen new` (its template's); `tbgen remove "
+            "model` removes the models `tbgen add model` added.",
+            f"The template's models are what {project.name}'s code is generated for, and `tbgen update` "
+            "renders them again. To go on without it anyway, delete "
+            f"{_relative(project, project.model_repository / name)}/ and its [[models]] entry yourself.",
+        )
     if owner:
-        raise UsageError(f"Model {name!r} was added with model {owner!r} by one `tbgen add model`, and goes with it.",
-                         f"`tbgen remove model {owner}{project.project_option()}` removes {owner} and the models added with it.")
+        raise UsageError(
+            f"Model {name!r} was added with model {owner!r} by one `tbgen add model`, and goes with it.",
+            f"`tbgen remove model {owner}{project.project_option()}` removes {owner} and the models added with it.",
+        )
     if force:
         return [name]
-    raise UsageError(f"The generation record ({RECORD_FILE}) has no `tbgen add model {name}`: model {name!r} was "
-                     "added by hand (or tbgen could not record it), so its files count as yours.",
-                     f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s directory, reference and [[models]] entry "
-                     "as they are, and no other model.")
+    raise UsageError(
+        f"The generation record ({RECORD_FILE}) has no `tbgen add model {name}`: model {name!r} was "
+        "added by hand (or tbgen could not record it), so its files count as yours.",
+        f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s directory, reference and [[models]] entry "
+        "as they are, and no other model.",
+    )
 
 
 def _without_record(project: Project, name: str, force: bool) -> list[str]:
     """Without a record only the model itself goes, and only when forced."""
     if not force:
-        raise UsageError(f"{project.name} has no generation record ({RECORD_FILE}: made before tbgen kept one), so "
-                         f"tbgen cannot tell your edits of {name}'s files from what it generated, nor which models "
-                         "came with it.",
-                         f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s "
-                         "directory, reference and [[models]] entry as they are, edited or not, and no other model.")
+        raise UsageError(
+            f"{project.name} has no generation record ({RECORD_FILE}: made before tbgen kept one), so "
+            f"tbgen cannot tell your edits of {name}'s files from what it generated, nor which models "
+            "came with it.",
+            f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s "
+            "directory, reference and [[models]] entry as they are, edited or not, and no other model.",
+        )
     if project.model(name).reference == project.reference_file:
-        raise UsageError(f"Model {name!r} is {project.name}'s own model (its reference is reference.py, as `tbgen "
-                         "new` writes it); `tbgen remove model` removes the models `tbgen add model` added.",
-                         f"Delete {_relative(project, project.model_repository / name)}/ and its [[models]] entry "
-                         "yourself.")
+        raise UsageError(
+            f"Model {name!r} is {project.name}'s own model (its reference is reference.py, as `tbgen "
+            "new` writes it); `tbgen remove model` removes the models `tbgen add model` added.",
+            f"Delete {_relative(project, project.model_repository / name)}/ and its [[models]] entry "
+            "yourself.",
+        )
     return [name]
 
 
@@ -147,17 +167,22 @@ def _owners(recipe: Recipe, recorded: list[str]) -> dict[str, str | None]:
     """Which step of ``recipe`` created each model: None for `tbgen new`, else the name of the `tbgen add model`
     run. A run creates its top model and those of its callees the project lacked then, as compose does."""
     try:
-        composition, _ = compose.plan(recipe.template, {k: v for k, v in recipe.given.items() if k != "project_name"})
+        composition, _ = compose.plan(
+            recipe.template, {k: v for k, v in recipe.given.items() if k != "project_name"}
+        )
         made: list[str] = [composition.top, *composition.callees] if composition else recorded[:1]
         owners: dict[str, str | None] = dict.fromkeys(made)
         for addition in recipe.additions:
-            composition, _ = compose.plan(addition.template or recipe.template,
-                                          {**addition.given, "model_name": addition.name})
+            composition, _ = compose.plan(
+                addition.template or recipe.template, {**addition.given, "model_name": addition.name}
+            )
             for model in (addition.name, *(composition.callees if composition else ())):
                 owners.setdefault(model, addition.name)
     except TbgenError as err:
-        raise UsageError(f"The recipe of the generation record ({RECORD_FILE}) no longer reads: {err.message}",
-                         "Restore the record from version control.") from err
+        raise UsageError(
+            f"The recipe of the generation record ({RECORD_FILE}) no longer reads: {err.message}",
+            "Restore the record from version control.",
+        ) from err
     return owners
 
 
@@ -201,15 +226,26 @@ def _directory_entries(directory: Path) -> list[Path]:
 def _own_reference(project: Project, reference: Path | None, staying: set[Path | None]) -> bool:
     """Whether ``reference`` goes with its model: a file no staying model shares, not the project's
     reference.py."""
-    return (reference is not None and reference != project.reference_file and reference not in staying
-            and reference.is_file())
+    return (
+        reference is not None
+        and reference != project.reference_file
+        and reference not in staying
+        and reference.is_file()
+    )
 
 
 # ---- what is the user's ------------------------------------------------------------------------------------
 
 
-def _check_unedited(project: Project, record: Record, name: str, models: list[str], files: list[Path],
-                    current: str, force: bool) -> None:
+def _check_unedited(
+    project: Project,
+    record: Record,
+    name: str,
+    models: list[str],
+    files: list[Path],
+    current: str,
+    force: bool,
+) -> None:
     """UsageError naming the files (and tbgen.toml entries) of ``models`` that differ from the record, unless
     ``force``."""
     yours = []
@@ -220,8 +256,10 @@ def _check_unedited(project: Project, record: Record, name: str, models: list[st
             yours.append(named)
     yours += _edited_entries(record, models, current)
     if yours and not force:
-        raise UsageError(f"`tbgen remove model {name}` would delete what is yours: {'; '.join(yours)}.",
-                         "Keep what you need elsewhere, then run it again with --force, which removes these too.")
+        raise UsageError(
+            f"`tbgen remove model {name}` would delete what is yours: {'; '.join(yours)}.",
+            "Keep what you need elsewhere, then run it again with --force, which removes these too.",
+        )
 
 
 def _named_if_yours(path: Path, relative: str, generated: GeneratedFile | None) -> str | None:
@@ -242,8 +280,11 @@ def _edited_entries(record: Record, models: list[str], current: str) -> list[str
     """The [[models]] entries of ``models`` in tbgen.toml's ``current`` text that differ from the record's."""
     recorded = record.files.get(PROJECT_FILE)
     recorded_text = recorded.data.decode() if recorded is not None else ""
-    return [f"the [[models]] entry of {model} in tbgen.toml (edited)" for model in models
-            if model_entries.entry_text(current, model) != model_entries.entry_text(recorded_text, model)]
+    return [
+        f"the [[models]] entry of {model} in tbgen.toml (edited)"
+        for model in models
+        if model_entries.entry_text(current, model) != model_entries.entry_text(recorded_text, model)
+    ]
 
 
 # ---- the record ----------------------------------------------------------------------------------------------
@@ -258,8 +299,11 @@ def _forget(record: Record, project: Project, name: str, models: list[str]) -> R
     if recorded is not None:
         text = _without(recorded.data.decode(), models, f"the recorded tbgen.toml ({RECORD_FILE})")
         files[PROJECT_FILE] = GeneratedFile(text.encode(), recorded.executable)
-    recipe = replace(record.recipe, additions=tuple(a for a in record.recipe.additions if a.name != name),
-                     carried=tuple(c for c in record.recipe.carried if not gone(c)))
+    recipe = replace(
+        record.recipe,
+        additions=tuple(a for a in record.recipe.additions if a.name != name),
+        carried=tuple(c for c in record.recipe.carried if not gone(c)),
+    )
     return Record(recipe, files)
 
 
@@ -286,14 +330,17 @@ def _recorded_entries(record: Record) -> dict[str, dict[str, Any]]:
 def _without(text: str, models: list[str], where: str) -> str:
     """tbgen.toml's ``text`` without the entries of ``models``, checked to list exactly the others."""
     before = [str(m.get("name")) for m in model_tables(text)]
-    return model_entries.checked(model_entries.remove_entries(text, models),
-                                 [m for m in before if m not in models], where)
+    return model_entries.checked(
+        model_entries.remove_entries(text, models), [m for m in before if m not in models], where
+    )
 
 
 # ---- all or nothing ------------------------------------------------------------------------------------------
 
 
-def _commit(project: Project, models: list[str], files: list[Path], writes: list[tuple[Path, GeneratedFile]]) -> None:
+def _commit(
+    project: Project, models: list[str], files: list[Path], writes: list[tuple[Path, GeneratedFile]]
+) -> None:
     """Move the models' directories and references aside, write ``writes``, then delete what was moved; on any
     failure or signal, everything is put back as it was."""
     moves = _paths_to_move(project, models, files)
@@ -306,8 +353,11 @@ def _commit(project: Project, models: list[str], files: list[Path], writes: list
             _replace_files(writes, done)
         except OSError as err:
             _put_back(done, written, aside)
-            raise ScaffoldError(f"Cannot remove {err.filename or project.root}: {err.strerror or err}; the project "
-                                "is as it was.", "Fix the permissions, then run `tbgen remove model` again.") from err
+            raise ScaffoldError(
+                f"Cannot remove {err.filename or project.root}: {err.strerror or err}; the project "
+                "is as it was.",
+                "Fix the permissions, then run `tbgen remove model` again.",
+            ) from err
         except BaseException:
             _put_back(done, written, aside)
             raise

@@ -159,7 +159,9 @@ def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], ou
             repo_dir=str(template.path), context=context, output_dir=str(output_dir), accept_hooks=True
         )
     except cookiecutter_exceptions.CookiecutterException as err:
-        raise ScaffoldError(f"Template {template.name} failed to render: {err}", "This is a bug in the template.") from err
+        raise ScaffoldError(
+            f"Template {template.name} failed to render: {err}", "This is a bug in the template."
+        ) from err
     # pip byte-compiles an installed wheel's .py files, the templates' too: their bytecode is no project file.
     for cache in sorted(Path(project_dir).rglob("__pycache__"), reverse=True):
         shutil.rmtree(cache)
@@ -177,7 +179,8 @@ def _merge_into(rendered: Path, target: Path) -> None:
         dest = target / source.relative_to(rendered)
         if dest.is_dir():
             raise ScaffoldError(
-                f"{dest} is a directory, but the template writes a file there.", "Move it away, then run again."
+                f"{dest} is a directory, but the template writes a file there.",
+                "Move it away, then run again.",
             )
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, dest)

@@ -43,7 +43,9 @@ def templates_dir() -> Path:
     for candidate in (_PACKAGE_DIR / "templates", _PACKAGE_DIR.parent / "templates"):
         if candidate.is_dir():
             return candidate
-    raise UsageError(f"tbgen's templates are missing (looked in {_PACKAGE_DIR}).", "Reinstall triton-backend-gen.")
+    raise UsageError(
+        f"tbgen's templates are missing (looked in {_PACKAGE_DIR}).", "Reinstall triton-backend-gen."
+    )
 
 
 # Options that are integers even where cookiecutter.json's default is a Jinja expression (decoupled-backend's
@@ -61,8 +63,12 @@ def _read_template(path: Path) -> Template:
         if isinstance(raw, list):
             options.append(Option(key, raw[0], str, tuple(raw), _prompt_text(prompts.get(key), key)))
         else:
-            integer = isinstance(raw, int) or key in INTEGER_KEYS  # a Jinja default is a string that renders to one
-            kind = bool if isinstance(raw, bool) else int if integer else dict if isinstance(raw, dict) else str
+            integer = (
+                isinstance(raw, int) or key in INTEGER_KEYS
+            )  # a Jinja default is a string that renders to one
+            kind = (
+                bool if isinstance(raw, bool) else int if integer else dict if isinstance(raw, dict) else str
+            )
             options.append(Option(key, raw, kind, (), _prompt_text(prompts.get(key), key)))
     return Template(
         name=path.name,

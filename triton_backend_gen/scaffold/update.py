@@ -59,8 +59,9 @@ class Labels:
     theirs: str
 
 
-def plan_update(root: Path, base: Mapping[str, GeneratedFile], new: Mapping[str, GeneratedFile],
-                labels: Labels) -> list[Change]:
+def plan_update(
+    root: Path, base: Mapping[str, GeneratedFile], new: Mapping[str, GeneratedFile], labels: Labels
+) -> list[Change]:
     """What updating the project at ``root`` from ``base`` (as generated) to ``new`` (as tbgen generates it
     now) does to each file; files that stay as they are are left out."""
     changes = []
@@ -71,8 +72,9 @@ def plan_update(root: Path, base: Mapping[str, GeneratedFile], new: Mapping[str,
     return changes
 
 
-def _plan_file(current: Path, path: str, base: GeneratedFile | None, new: GeneratedFile | None,
-               labels: Labels) -> Change | None:
+def _plan_file(
+    current: Path, path: str, base: GeneratedFile | None, new: GeneratedFile | None, labels: Labels
+) -> Change | None:
     """What updating does to the file at ``current`` (``path`` relative to the root); None: nothing."""
     yours = current.read_bytes() if current.is_file() and not current.is_symlink() else None
     if new is None:
@@ -102,8 +104,9 @@ def _plan_missing(current: Path, path: str, base: GeneratedFile | None, new: Gen
     return None
 
 
-def _plan_present(path: str, yours: bytes, base: GeneratedFile | None, new: GeneratedFile,
-                  labels: Labels) -> Change | None:
+def _plan_present(
+    path: str, yours: bytes, base: GeneratedFile | None, new: GeneratedFile, labels: Labels
+) -> Change | None:
     """A file the project has and tbgen generates: replaced when you never touched it, kept when tbgen did not
     change it, else merged."""
     if yours == new.data:
@@ -115,8 +118,9 @@ def _plan_present(path: str, yours: bytes, base: GeneratedFile | None, new: Gene
     return _plan_merge(path, yours, base, new, labels)
 
 
-def _plan_merge(path: str, yours: bytes, base: GeneratedFile | None, new: GeneratedFile,
-                labels: Labels) -> Change:
+def _plan_merge(
+    path: str, yours: bytes, base: GeneratedFile | None, new: GeneratedFile, labels: Labels
+) -> Change:
     """Your version and tbgen's new one, both changed: merged by git merge-file (an empty base for a file new
     in the template), conflicts marked; a conflict, yours kept, for a file that is not text."""
     merged, conflicts = merge_text(yours, base.data if base is not None else b"", new.data, labels)
@@ -135,8 +139,10 @@ def merge_text(yours: bytes, base: bytes, theirs: bytes, labels: Labels) -> tupl
         return None, 0
     git = shutil.which("git")
     if git is None:
-        raise UsageError("`tbgen update` merges your edits with `git merge-file`, and git is not on PATH.",
-                         "Install git (Debian/Ubuntu: apt-get install git), then run `tbgen update` again.")
+        raise UsageError(
+            "`tbgen update` merges your edits with `git merge-file`, and git is not on PATH.",
+            "Install git (Debian/Ubuntu: apt-get install git), then run `tbgen update` again.",
+        )
     with tempfile.TemporaryDirectory(prefix="tbgen-merge-") as scratch:
         paths = []
         for name, data in (("yours", yours), ("base", base), ("theirs", theirs)):
@@ -145,10 +151,14 @@ def merge_text(yours: bytes, base: bytes, theirs: bytes, labels: Labels) -> tupl
             paths.append(str(path))
         result = subprocess.run(
             [git, "merge-file", "-p", "-L", labels.yours, "-L", labels.base, "-L", labels.theirs, *paths],
-            capture_output=True, check=False)
+            capture_output=True,
+            check=False,
+        )
     if result.returncode < 0 or result.returncode > 127:
-        raise UsageError(f"git merge-file failed: {result.stderr.decode(errors='replace').strip()}",
-                         "Check that git works (git --version), then run `tbgen update` again.")
+        raise UsageError(
+            f"git merge-file failed: {result.stderr.decode(errors='replace').strip()}",
+            "Check that git works (git --version), then run `tbgen update` again.",
+        )
     return result.stdout, result.returncode
 
 
@@ -162,12 +172,16 @@ def apply_update(root: Path, changes: list[Change], record: Record) -> None:
         try:
             for path, file in writes:
                 created += _make_parents(path.parent)
-                journal.append((path, path.read_bytes(), path.stat().st_mode) if path.exists() else (path, None, 0))
+                journal.append(
+                    (path, path.read_bytes(), path.stat().st_mode) if path.exists() else (path, None, 0)
+                )
                 replace_file(path, file)
         except OSError as err:
             _roll_back(journal, created)
-            raise ScaffoldError(f"Cannot write {err.filename or root}: {err.strerror or err}; the project is as it "
-                                "was.", "Free space or fix the permissions, then run `tbgen update` again.") from err
+            raise ScaffoldError(
+                f"Cannot write {err.filename or root}: {err.strerror or err}; the project is as it was.",
+                "Free space or fix the permissions, then run `tbgen update` again.",
+            ) from err
         except BaseException:
             _roll_back(journal, created)
             raise

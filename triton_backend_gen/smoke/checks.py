@@ -68,8 +68,9 @@ def _check_metadata(spec: ModelSpec, protocol: str, endpoints: Endpoints) -> str
     return f"{len(spec.inputs)} inputs, {len(spec.outputs)} outputs as in config.pbtxt"
 
 
-def _served_tensor_problems(spec: ModelSpec, kind: str, tensors: tuple[TensorSpec, ...],
-                            served_list: list[dict[str, Any]]) -> list[str]:
+def _served_tensor_problems(
+    spec: ModelSpec, kind: str, tensors: tuple[TensorSpec, ...], served_list: list[dict[str, Any]]
+) -> list[str]:
     """How the served metadata of ``kind`` ("inputs" or "outputs") differs from ``tensors``."""
     served = {t["name"]: t for t in served_list}
     if set(served) != {t.name for t in tensors}:
@@ -97,8 +98,13 @@ def _check_config(spec: ModelSpec, local: ModelConfig, protocol: str, endpoints:
     problems = config_differences(local, served)
     # proto3 does not list zero values as set: compare what the suite relies on explicitly (but batching
     # that config.pbtxt leaves to the backend's auto-complete, with the tensors, is the served one).
-    explicit = [("model_transaction_policy.decoupled", local.model_transaction_policy.decoupled,
-                 served.model_transaction_policy.decoupled)]
+    explicit = [
+        (
+            "model_transaction_policy.decoupled",
+            local.model_transaction_policy.decoupled,
+            served.model_transaction_policy.decoupled,
+        )
+    ]
     if not spec.auto_completed:
         explicit += [
             ("max_batch_size", local.max_batch_size, served.max_batch_size),
@@ -115,12 +121,14 @@ def _check_config(spec: ModelSpec, local: ModelConfig, protocol: str, endpoints:
 
 def _served_config(name: str, endpoints: Endpoints) -> ModelConfig:
     with open_client("http", endpoints) as client:
-        return json_format.ParseDict(client.get_model_config(name), model_config_pb2.ModelConfig(),
-                                     ignore_unknown_fields=True)
+        return json_format.ParseDict(
+            client.get_model_config(name), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+        )
 
 
-def served_configs(project: Project, endpoints: Endpoints, model: ModelEntry | None = None,
-                   repository: Path | None = None) -> dict[str, ModelConfig]:
+def served_configs(
+    project: Project, endpoints: Endpoints, model: ModelEntry | None = None, repository: Path | None = None
+) -> dict[str, ModelConfig]:
     """The configs as served of the models (``model``, or every model of the project) whose config.pbtxt leaves
     the tensors to the backend's auto-complete, by name: what plan_smoke and plan_fuzz take as ``served``.
     Asks the server only about such models (none: an empty dict, no server contact)."""
@@ -135,7 +143,9 @@ def served_configs(project: Project, endpoints: Endpoints, model: ModelEntry | N
 # ---- Checks: reference.py against the config ------------------------------------------------------------
 
 
-def _tensor_problems(kind: str, arrays: dict[str, np.ndarray], tensors: tuple[TensorSpec, ...], batch: int | None):
+def _tensor_problems(
+    kind: str, arrays: dict[str, np.ndarray], tensors: tuple[TensorSpec, ...], batch: int | None
+):
 
     problems = []
     declared = {t.name: t for t in tensors}
@@ -179,7 +189,9 @@ def _check_reference(spec: ModelSpec, reference: ModuleType, _endpoints: Endpoin
 # ---- Checks: inference ----------------------------------------------------------------------------------
 
 
-def _check_infer(spec: ModelSpec, reference: ModuleType, protocol: str, batch_sizes: list, endpoints: Endpoints) -> str:
+def _check_infer(
+    spec: ModelSpec, reference: ModuleType, protocol: str, batch_sizes: list, endpoints: Endpoints
+) -> str:
     with open_client(protocol, endpoints) as client:
         for batch in batch_sizes:
             seed = batch or 0
@@ -202,7 +214,9 @@ def _in_threads(count: int, first_seed: int, run: Callable[[int], None], what: s
         try:
             run(seed)
         except Exception as err:  # noqa: BLE001 - collected and reported by the check
-            failures.append(str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}")
+            failures.append(
+                str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}"
+            )
 
     threads = [threading.Thread(target=guarded, args=(first_seed + i,), daemon=True) for i in range(count)]
     for thread in threads:
@@ -212,10 +226,14 @@ def _in_threads(count: int, first_seed: int, run: Callable[[int], None], what: s
     if any(thread.is_alive() for thread in threads):
         failures.append(f"no answer within {REQUEST_TIMEOUT_S * 2:.0f} s")
     if failures:
-        raise AssertionError(f"{len(failures)} of {count} concurrent {what} failed: " + "; ".join(failures[:3]))
+        raise AssertionError(
+            f"{len(failures)} of {count} concurrent {what} failed: " + "; ".join(failures[:3])
+        )
 
 
-def _concurrent_burst(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints, count: int) -> None:
+def _concurrent_burst(
+    spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints, count: int
+) -> None:
     """``count`` requests sent at once from as many threads, each with its own client; all answers checked."""
     batch = 1 if spec.max_batch_size > 0 else None
     barrier = threading.Barrier(count)
@@ -250,7 +268,9 @@ def _check_concurrent(spec: ModelSpec, reference: ModuleType, protocol: str, end
         return answered
     if executions < inferences:
         return f"{answered}; dynamic batching merged them: {inferences} inferences in {executions} executions"
-    return f"{answered}; no merge seen in {attempts} bursts (each request ran alone: the model was never busy)"
+    return (
+        f"{answered}; no merge seen in {attempts} bursts (each request ran alone: the model was never busy)"
+    )
 
 
 # ---- Checks: decoupled models over gRPC streaming -------------------------------------------------------
@@ -265,8 +285,9 @@ def _assert_final_flag_last(results: list, context: str) -> None:
         raise AssertionError(f"{context}: response {early_final[0]} is flagged final before the stream ended")
 
 
-def _assert_stream_matches(spec: ModelSpec, reference: ModuleType, results: list, inputs: dict,
-                           context: str) -> None:
+def _assert_stream_matches(
+    spec: ModelSpec, reference: ModuleType, results: list, inputs: dict, context: str
+) -> None:
     """The results of one request equal reference.responses(), in order, and the last one is flagged final."""
     expected = reference.responses(inputs)
     _assert_final_flag_last(results, context)
@@ -274,7 +295,9 @@ def _assert_stream_matches(spec: ModelSpec, reference: ModuleType, results: list
     # a response): only the responses carrying outputs are compared.
     data = [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
     if len(data) != len(expected):
-        raise AssertionError(f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}")
+        raise AssertionError(
+            f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}"
+        )
     for index, (result, want) in enumerate(zip(data, expected)):
         got = output_arrays(result, want)
         assert_outputs_match(got, want, reference.TOLERANCE, f"{context}, response {index}")
@@ -335,7 +358,9 @@ def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endp
     with Stream(endpoints) as fresh:
         inputs = reference.make_inputs(spec.batch_sizes[0], seed=8)
         fresh.send(spec, inputs, request_id="after")
-        _assert_stream_matches(spec, reference, fresh.collect(["after"])["after"], inputs, "request after the cancel")
+        _assert_stream_matches(
+            spec, reference, fresh.collect(["after"])["after"], inputs, "request after the cancel"
+        )
     when = "mid-stream" if received < expected else "after its last data response"
     return f"cancelled {when} ({received} of {expected} responses received); later streams answered"
 
@@ -375,8 +400,9 @@ def bad_requests(spec: ModelSpec, reference: ModuleType) -> dict[str, dict[str, 
     return bad
 
 
-def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str, protocol: str,
-                       endpoints: Endpoints) -> str:
+def _check_bad_request(
+    spec: ModelSpec, inputs: dict[str, np.ndarray], what: str, protocol: str, endpoints: Endpoints
+) -> str:
     if spec.decoupled:
         with Stream(endpoints) as stream:
             stream.send(spec, inputs, request_id="bad")
@@ -397,7 +423,9 @@ def _check_bad_request(spec: ModelSpec, inputs: dict[str, np.ndarray], what: str
     return f"refused: {message}"
 
 
-def _check_decoupled_refuses_unary(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
+def _check_decoupled_refuses_unary(
+    spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints
+) -> str:
 
     with open_client(protocol, endpoints) as client:
         try:
@@ -417,8 +445,12 @@ def _fail(message: str, _endpoints: Endpoints) -> str:
     raise AssertionError(message)
 
 
-def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Path | None = None,
-               served: Mapping[str, ModelConfig] | None = None) -> list[SmokeCheck]:
+def plan_smoke(
+    project: Project,
+    model: ModelEntry | None = None,
+    repository: Path | None = None,
+    served: Mapping[str, ModelConfig] | None = None,
+) -> list[SmokeCheck]:
     """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py;
     ``repository`` is the one served when it is not the project's (a run copy). ``served``: the configs the
     server completed for models whose config.pbtxt leaves the tensors to the backend (served_configs)."""
@@ -426,7 +458,10 @@ def plan_smoke(project: Project, model: ModelEntry | None = None, repository: Pa
     plan = []
     for reference, spec, config in specs:
         prefix = f"{spec.name}: " if len(specs) > 1 else ""
-        plan += [SmokeCheck(prefix + c.name, c.protocol, c.run, c.waits) for c in _plan_model(spec, config, reference)]
+        plan += [
+            SmokeCheck(prefix + c.name, c.protocol, c.run, c.waits)
+            for c in _plan_model(spec, config, reference)
+        ]
     return plan
 
 
@@ -435,8 +470,10 @@ def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> 
     then (when the reference fits the model) its requests: streams or unary infers, sequences, bad
     requests."""
     if leaves_tensors_to_backend(config) and not spec.auto_completed:
-        message = (f"config.pbtxt of {spec.name} declares no tensors (the backend auto-completes them), and the "
-                   "suite was planned without the served config: plan it with served=served_configs(...)")
+        message = (
+            f"config.pbtxt of {spec.name} declares no tensors (the backend auto-completes them), and the "
+            "suite was planned without the served config: plan it with served=served_configs(...)"
+        )
         return [SmokeCheck("served config (auto-complete)", "-", partial(_fail, message))]
     mismatch = reference_mismatch(spec, reference)
     check = partial(_fail, mismatch) if mismatch else partial(_check_reference, spec, reference)
@@ -457,14 +494,20 @@ def _plan_stream_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeChe
     """The checks of a decoupled model: its gRPC streams, and its refusal of non-streaming requests."""
     plan = [
         SmokeCheck("stream", "grpc", partial(_check_stream, spec, reference)),
-        SmokeCheck("several requests on one stream", "grpc",
-                   partial(_check_stream_many_requests, spec, reference)),
+        SmokeCheck(
+            "several requests on one stream", "grpc", partial(_check_stream_many_requests, spec, reference)
+        ),
         SmokeCheck("concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference)),
         SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
     ]
     for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
-        plan.append(SmokeCheck(f"refuses {what} (decoupled)", protocol,
-                               partial(_check_decoupled_refuses_unary, spec, reference, protocol)))
+        plan.append(
+            SmokeCheck(
+                f"refuses {what} (decoupled)",
+                protocol,
+                partial(_check_decoupled_refuses_unary, spec, reference, protocol),
+            )
+        )
     return plan
 
 
@@ -473,19 +516,32 @@ def _plan_infer_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeChec
     batch size when it batches, concurrent requests."""
     plan = []
     for protocol in ("http", "grpc"):
-        plan.append(SmokeCheck("infer", protocol, partial(_check_infer, spec, reference, protocol,
-                                                           [spec.batch_sizes[0]])))
+        plan.append(
+            SmokeCheck(
+                "infer", protocol, partial(_check_infer, spec, reference, protocol, [spec.batch_sizes[0]])
+            )
+        )
         if len(spec.batch_sizes) > 1:
-            plan.append(SmokeCheck(f"batch sizes 1..{spec.max_batch_size}", protocol,
-                                   partial(_check_infer, spec, reference, protocol, spec.batch_sizes)))
+            plan.append(
+                SmokeCheck(
+                    f"batch sizes 1..{spec.max_batch_size}",
+                    protocol,
+                    partial(_check_infer, spec, reference, protocol, spec.batch_sizes),
+                )
+            )
         name = "concurrent requests" + (" (dynamic batching)" if spec.dynamic_batching else "")
         plan.append(SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol)))
     return plan
 
 
-def _plan_bad_requests(spec: ModelSpec, reference: ModuleType,
-                       protocols: tuple[str, ...]) -> list[SmokeCheck]:
+def _plan_bad_requests(
+    spec: ModelSpec, reference: ModuleType, protocols: tuple[str, ...]
+) -> list[SmokeCheck]:
     """A check of each bad request (bad_requests) over each of ``protocols``."""
-    return [SmokeCheck(f"bad request: {what}", protocol,
-                       partial(_check_bad_request, spec, inputs, what, protocol))
-            for what, inputs in bad_requests(spec, reference).items() for protocol in protocols]
+    return [
+        SmokeCheck(
+            f"bad request: {what}", protocol, partial(_check_bad_request, spec, inputs, what, protocol)
+        )
+        for what, inputs in bad_requests(spec, reference).items()
+        for protocol in protocols
+    ]

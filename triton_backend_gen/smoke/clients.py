@@ -126,16 +126,27 @@ def one_request_sequence(spec: ModelSpec) -> SequenceFlags | None:
     return SequenceFlags(new_sequence_id(spec), True, True) if spec.sequence is not None else None
 
 
-def infer(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndarray],
-          sequence: SequenceFlags | None = None) -> dict[str, np.ndarray]:
+def infer(
+    protocol: str,
+    client: Any,
+    spec: ModelSpec,
+    inputs: dict[str, np.ndarray],
+    sequence: SequenceFlags | None = None,
+) -> dict[str, np.ndarray]:
     """The outputs of one request; a request of a sequence model carries ``sequence`` (default: a sequence of
     its own, one_request_sequence)."""
     result = infer_result(protocol, client, spec, inputs, sequence)
     return output_arrays(result, spec.output_names)
 
 
-def infer_result(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, np.ndarray],
-                 sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> Any:
+def infer_result(
+    protocol: str,
+    client: Any,
+    spec: ModelSpec,
+    inputs: dict[str, np.ndarray],
+    sequence: SequenceFlags | None = None,
+    parameters: dict[str, Any] | None = None,
+) -> Any:
     """tritonclient's result of one request (see infer), sent with request ``parameters``."""
     module = _client_module(protocol)
     sequence = sequence or one_request_sequence(spec)
@@ -145,8 +156,14 @@ def infer_result(protocol: str, client: Any, spec: ModelSpec, inputs: dict[str, 
         else module.InferRequestedOutput(t.name)
         for t in spec.outputs
     ]
-    return client.infer(spec.name, infer_inputs(protocol, inputs, spec.input_datatypes), outputs=outputs,
-                        parameters=parameters, **(sequence.kwargs() if sequence else {}), **timeout_kwargs(protocol))
+    return client.infer(
+        spec.name,
+        infer_inputs(protocol, inputs, spec.input_datatypes),
+        outputs=outputs,
+        parameters=parameters,
+        **(sequence.kwargs() if sequence else {}),
+        **timeout_kwargs(protocol),
+    )
 
 
 def response_parameters(result: Any) -> dict[str, Any]:
@@ -155,8 +172,11 @@ def response_parameters(result: Any) -> dict[str, Any]:
     if isinstance(response, dict):  # HTTP
         found = dict(response.get("parameters", {}))
     else:
-        found = {key: getattr(value, value.WhichOneof("parameter_choice")) for key, value in response.parameters.items()
-                 if value.WhichOneof("parameter_choice")}
+        found = {
+            key: getattr(value, value.WhichOneof("parameter_choice"))
+            for key, value in response.parameters.items()
+            if value.WhichOneof("parameter_choice")
+        }
     return {key: value for key, value in found.items() if not key.startswith("triton_")}
 
 
@@ -186,23 +206,47 @@ class Stream:
         self._client.start_stream(callback=lambda result, error: self._results.put((result, error)))
         self._closed = False
 
-    def send(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
-             sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> None:
+    def send(
+        self,
+        spec: ModelSpec,
+        inputs: dict[str, np.ndarray],
+        request_id: str,
+        sequence: SequenceFlags | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
         """Send one request (with request ``parameters``); a request of a sequence model carries ``sequence``
         (default: a sequence of its own)."""
         sequence = sequence or one_request_sequence(spec)
         self._client.async_stream_infer(
-            spec.name, infer_inputs("grpc", inputs, spec.input_datatypes), request_id=request_id,
-            enable_empty_final_response=True, parameters=parameters, **(sequence.kwargs() if sequence else {}),
+            spec.name,
+            infer_inputs("grpc", inputs, spec.input_datatypes),
+            request_id=request_id,
+            enable_empty_final_response=True,
+            parameters=parameters,
+            **(sequence.kwargs() if sequence else {}),
         )
 
-    def infer(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
-              sequence: SequenceFlags | None = None) -> list[dict[str, np.ndarray]]:
+    def infer(
+        self,
+        spec: ModelSpec,
+        inputs: dict[str, np.ndarray],
+        request_id: str,
+        sequence: SequenceFlags | None = None,
+    ) -> list[dict[str, np.ndarray]]:
         """The outputs of each data response to one request, in order (AssertionError for an error)."""
-        return [output_arrays(r, spec.output_names) for r in self.infer_results(spec, inputs, request_id, sequence)]
+        return [
+            output_arrays(r, spec.output_names)
+            for r in self.infer_results(spec, inputs, request_id, sequence)
+        ]
 
-    def infer_results(self, spec: ModelSpec, inputs: dict[str, np.ndarray], request_id: str,
-                      sequence: SequenceFlags | None = None, parameters: dict[str, Any] | None = None) -> list:
+    def infer_results(
+        self,
+        spec: ModelSpec,
+        inputs: dict[str, np.ndarray],
+        request_id: str,
+        sequence: SequenceFlags | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> list:
         """tritonclient's result of each data response to one request sent with request ``parameters`` (see
         infer)."""
         self.send(spec, inputs, request_id, sequence, parameters)
@@ -270,8 +314,10 @@ class ModelStatistics:
     compute_us: float  # mean time of input + infer + output per successful request
 
     def describe(self) -> str:
-        return (f"{self.success} ok, {self.failed} failed, {self.inferences} inferences in {self.executions} "
-                f"executions; queue {self.queue_us:.0f} us, compute {self.compute_us:.0f} us per request")
+        return (
+            f"{self.success} ok, {self.failed} failed, {self.inferences} inferences in {self.executions} "
+            f"executions; queue {self.queue_us:.0f} us, compute {self.compute_us:.0f} us per request"
+        )
 
 
 def model_counts(client: Any, model: str, protocol: str) -> tuple[int, int]:
@@ -291,11 +337,18 @@ def _statistics_row(entry: dict) -> list[float]:
     """One version's statistics (an entry of model_stats): [successes, failures, executions, inferences,
     queue ns, compute ns (input + infer + output)]."""
     stats = entry.get("inference_stats", {})
-    ns = {key: float(stats.get(key, {}).get("ns", 0)) for key in ("queue", "compute_input", "compute_infer",
-                                                                  "compute_output")}
-    return [int(stats.get("success", {}).get("count", 0)), int(stats.get("fail", {}).get("count", 0)),
-            int(entry.get("execution_count", 0)), int(entry.get("inference_count", 0)), ns["queue"],
-            ns["compute_input"] + ns["compute_infer"] + ns["compute_output"]]
+    ns = {
+        key: float(stats.get(key, {}).get("ns", 0))
+        for key in ("queue", "compute_input", "compute_infer", "compute_output")
+    }
+    return [
+        int(stats.get("success", {}).get("count", 0)),
+        int(stats.get("fail", {}).get("count", 0)),
+        int(entry.get("execution_count", 0)),
+        int(entry.get("inference_count", 0)),
+        ns["queue"],
+        ns["compute_input"] + ns["compute_infer"] + ns["compute_output"],
+    ]
 
 
 def server_statistics(endpoints: Endpoints, models: list[str]) -> list[ModelStatistics]:
@@ -311,6 +364,15 @@ def server_statistics(endpoints: Endpoints, models: list[str]) -> list[ModelStat
         if name in totals:
             success, failed, executions, inferences, queue_ns, compute_ns = totals[name]
             per = max(success, 1) * 1000.0
-            result.append(ModelStatistics(name, int(success), int(failed), int(executions), int(inferences),
-                                          queue_ns / per, compute_ns / per))
+            result.append(
+                ModelStatistics(
+                    name,
+                    int(success),
+                    int(failed),
+                    int(executions),
+                    int(inferences),
+                    queue_ns / per,
+                    compute_ns / per,
+                )
+            )
     return result

@@ -13,8 +13,10 @@ protobuf_descriptor = lazy_module("google.protobuf.descriptor")
 
 # Said when rows agree in number but not in width: a response carries one shape per output, so the rows of a
 # batched output with a -1 dim share one size within a request (and may differ between requests).
-_ROW_WIDTH_RULE = (" (where config.pbtxt gives the output a -1 dim, every row of one request has the same size "
-                   "there, Triton's rule: pad the shorter rows, in the model and in reference.py)")
+_ROW_WIDTH_RULE = (
+    " (where config.pbtxt gives the output a -1 dim, every row of one request has the same size "
+    "there, Triton's rule: pad the shorter rows, in the model and in reference.py)"
+)
 
 
 def is_exact_dtype(dtype: np.dtype) -> bool:
@@ -29,13 +31,15 @@ def output_mismatches(
 
     Integers, booleans and bytes must be equal; floats must satisfy ``numpy.isclose`` with
     ``tolerance`` (``rtol``, ``atol``), NaN equal to NaN."""
-    problems = [_output_mismatch(name, got.get(name), np.asarray(want), tolerance)
-                for name, want in expected.items()]
+    problems = [
+        _output_mismatch(name, got.get(name), np.asarray(want), tolerance) for name, want in expected.items()
+    ]
     return [problem for problem in problems if problem is not None]
 
 
-def _output_mismatch(name: str, have: np.ndarray | None, want: np.ndarray,
-                     tolerance: dict[str, float]) -> str | None:
+def _output_mismatch(
+    name: str, have: np.ndarray | None, want: np.ndarray, tolerance: dict[str, float]
+) -> str | None:
     """Why one output differs from reference.py's, or None: its presence, dtype, shape, then values."""
     if have is None:
         return f"{name}: missing from the response"
@@ -63,12 +67,17 @@ def _value_mismatch(name: str, have: np.ndarray, want: np.ndarray, tolerance: di
     if not bad.any():
         return None
     first = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
-    return (f"{name}: {int(bad.sum())} of {bad.size} elements differ {how}; first at {list(first)}: "
-            f"got {have[first]!r}, expected {want[first]!r}")
+    return (
+        f"{name}: {int(bad.sum())} of {bad.size} elements differ {how}; first at {list(first)}: "
+        f"got {have[first]!r}, expected {want[first]!r}"
+    )
 
 
 def assert_outputs_match(
-    got: dict[str, np.ndarray | None], expected: dict[str, np.ndarray], tolerance: dict[str, float], context: str
+    got: dict[str, np.ndarray | None],
+    expected: dict[str, np.ndarray],
+    tolerance: dict[str, float],
+    context: str,
 ) -> None:
     problems = output_mismatches(got, expected, tolerance)
     if problems:
@@ -90,7 +99,9 @@ def config_differences(local: Any, served: Any, path: str = "") -> list[str]:
     return problems
 
 
-def _field_differences(descriptor: protobuf_descriptor.FieldDescriptor, value: Any, served: Any, where: str) -> list[str]:
+def _field_differences(
+    descriptor: protobuf_descriptor.FieldDescriptor, value: Any, served: Any, where: str
+) -> list[str]:
     """How one field set in config.pbtxt differs from ``served``, by the field's kind."""
     other = getattr(served, descriptor.name)
     is_message = descriptor.type == protobuf_descriptor.FieldDescriptor.TYPE_MESSAGE

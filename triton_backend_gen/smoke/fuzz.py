@@ -68,18 +68,24 @@ class FuzzReport:
     @property
     def errors(self) -> Counter:
         """The refusals, by how the server answered."""
-        return Counter({k: v for k, v in self.outcomes.items() if k not in ("ok", "cancelled", "disconnected")})
+        return Counter(
+            {k: v for k, v in self.outcomes.items() if k not in ("ok", "cancelled", "disconnected")}
+        )
 
     def memory_line(self) -> str:
         if self.rss_before is None or self.rss_after is None:
             return "server memory not measured (no pid)"
         mib = 1024 * 1024
         verdict = "within" if self.memory_ok else "ABOVE"
-        return (f"server memory (private RSS of the server and its stubs): {self.rss_before / mib:.1f} MiB before, "
-                f"{self.rss_after / mib:.1f} MiB after ({verdict} the limit of {(self.rss_limit or 0) / mib:.1f} MiB)")
+        return (
+            f"server memory (private RSS of the server and its stubs): {self.rss_before / mib:.1f} MiB before, "
+            f"{self.rss_after / mib:.1f} MiB after ({verdict} the limit of {(self.rss_limit or 0) / mib:.1f} MiB)"
+        )
 
     def summary(self) -> str:
-        sent = f"{self.requests} of {self.planned} requests" if self.truncated else f"{self.requests} requests"
+        sent = (
+            f"{self.requests} of {self.planned} requests" if self.truncated else f"{self.requests} requests"
+        )
         outcomes = ", ".join(f"{k}: {v}" for k, v in sorted(self.outcomes.items(), key=lambda kv: -kv[1]))
         lines = [f"fuzz seed {self.seed}: {sent} in {self.seconds:.1f} s; {outcomes}", self.memory_line()]
         if self.truncated:
@@ -91,20 +97,35 @@ class FuzzReport:
 
     def as_results(self) -> list[SmokeResult]:
         """The report as results for the table and JUnit: one per failure, plus the totals."""
-        results = [SmokeResult(f"fuzz {failure.split(':', 1)[0]}", "-", False, failure, 0.0)
-                   for failure in self.failures]
-        results.append(SmokeResult(f"fuzz: {self.planned} malformed requests", "-", self.passed,
-                                   self.summary(), self.seconds))
+        results = [
+            SmokeResult(f"fuzz {failure.split(':', 1)[0]}", "-", False, failure, 0.0)
+            for failure in self.failures
+        ]
+        results.append(
+            SmokeResult(
+                f"fuzz: {self.planned} malformed requests", "-", self.passed, self.summary(), self.seconds
+            )
+        )
         return results
 
 
-def plan_fuzz(project: Project, count: int, seed: int = 0, model: ModelEntry | None = None,
-              repository: Path | None = None, served: Mapping[str, ModelConfig] | None = None) -> list[FuzzCase]:
+def plan_fuzz(
+    project: Project,
+    count: int,
+    seed: int = 0,
+    model: ModelEntry | None = None,
+    repository: Path | None = None,
+    served: Mapping[str, ModelConfig] | None = None,
+) -> list[FuzzCase]:
     """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``; models
     that reference.py does not describe are left out (the smoke plan reports them). ``served``: as for
     plan_smoke."""
     loaded = load_model_specs(project, model, repository, served)
-    specs = [(spec, reference) for reference, spec, _config in loaded if reference_mismatch(spec, reference) is None]
+    specs = [
+        (spec, reference)
+        for reference, spec, _config in loaded
+        if reference_mismatch(spec, reference) is None
+    ]
     if not specs:
         return []
     rng = random.Random(seed)
@@ -128,7 +149,9 @@ def _kind_applies(kind: str, spec: ModelSpec) -> bool:
     if kind == "batch too large":
         return spec.max_batch_size > 0
     if kind == "garbage values":
-        return not spec.decoupled  # a decoupled model's inputs may say how long to stream: random ones can hang
+        return (
+            not spec.decoupled
+        )  # a decoupled model's inputs may say how long to stream: random ones can hang
     return True
 
 
@@ -144,7 +167,7 @@ def memory_of(pid: int) -> int | None:
             text = stat.read_text()
         except OSError:
             continue
-        fields = text[text.rfind(")") + 2:].split()
+        fields = text[text.rfind(")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
     total, todo, seen = 0, [pid], set()
     while todo:
@@ -195,8 +218,14 @@ def run_fuzz(
     return report
 
 
-def _send_cases(report: FuzzReport, cases: list[FuzzCase], endpoints: Endpoints, models: dict[str, FuzzCase],
-                deadline: float, progress: Callable[[FuzzCase, str], None] | None) -> None:
+def _send_cases(
+    report: FuzzReport,
+    cases: list[FuzzCase],
+    endpoints: Endpoints,
+    models: dict[str, FuzzCase],
+    deadline: float,
+    progress: Callable[[FuzzCase, str], None] | None,
+) -> None:
     """Send ``cases`` in order into ``report``, until ``deadline`` or the server stops answering its health
     requests (asked every 25 cases)."""
     for case in cases:
@@ -212,7 +241,9 @@ def _send_cases(report: FuzzReport, cases: list[FuzzCase], endpoints: Endpoints,
         if progress is not None:
             progress(case, outcome)
         if case.index % 25 == 24 and not _server_answers(endpoints, models):
-            report.failures.append(f"{case.label}: the server stopped answering health requests after this case")
+            report.failures.append(
+                f"{case.label}: the server stopped answering health requests after this case"
+            )
             report.truncated = True
             return
 
@@ -227,8 +258,12 @@ def _send_case(case: FuzzCase, endpoints: Endpoints) -> tuple[str, str | None]:
         return "failed", f"{case.label}: {type(err).__name__}: {error_text(err)}"
 
 
-def _healthy_after(report: FuzzReport, endpoints: Endpoints, models: dict[str, FuzzCase],
-                   is_healthy: Callable[[], bool] | None) -> bool:
+def _healthy_after(
+    report: FuzzReport,
+    endpoints: Endpoints,
+    models: dict[str, FuzzCase],
+    is_healthy: Callable[[], bool] | None,
+) -> bool:
     """Whether the server is live, its models ready and answering a valid request each (failures go into
     ``report``)."""
     if not (_server_answers(endpoints, models) and (is_healthy is None or is_healthy())):
@@ -269,8 +304,9 @@ def _warm_up(case: FuzzCase, endpoints: Endpoints) -> None:
     for protocol in ("http", "grpc"):
         for _ in range(3):
             fuzz_valid(case, rng, protocol, endpoints)
-        model, wires = fuzz_tensors(replace(case, kind="huge tensor", protocol=protocol), rng,
-                                     huge_mib=max(HUGE_MIB[protocol]))
+        model, wires = fuzz_tensors(
+            replace(case, kind="huge tensor", protocol=protocol), rng, huge_mib=max(HUGE_MIB[protocol])
+        )
         send_wire(protocol, endpoints, model, wires, case.model, decoupled=case.model.decoupled)
 
 

@@ -40,10 +40,38 @@ FUZZ_TIMEOUT_S = 20.0  # the longest a case may wait for its answer
 HUGE_MIB = {"http": (4, 16, 48), "grpc": (1, 4, 8)}
 
 
-_DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-              "FP16", "FP32", "FP64", "BF16", "BYTES")
-_ITEM_SIZE = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
-              "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8, "BYTES": 1}
+_DATATYPES = (
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
+)
+_ITEM_SIZE = {
+    "BOOL": 1,
+    "UINT8": 1,
+    "INT8": 1,
+    "UINT16": 2,
+    "INT16": 2,
+    "FP16": 2,
+    "BF16": 2,
+    "UINT32": 4,
+    "INT32": 4,
+    "FP32": 4,
+    "UINT64": 8,
+    "INT64": 8,
+    "FP64": 8,
+    "BYTES": 1,
+}
 _ODD_DIMS = (0, 1, 2, 3, 5, 17, 1000, -1, -7, 2**31, 2**62)
 
 
@@ -162,8 +190,9 @@ def fuzz_tensors(case: FuzzCase, rng: random.Random, huge_mib: int | None = None
     wires = _wire_from_arrays(case.reference.make_inputs(batch, seed=rng.randrange(1000)), case.model)
     target = rng.randrange(len(wires))
     if case.kind == "unknown model":
-        return rng.choice(["tbgen_no_such_model", spec.name + "_", "../" + spec.name,
-                           spec.name.upper() + "\u00e9"]), wires
+        return rng.choice(
+            ["tbgen_no_such_model", spec.name + "_", "../" + spec.name, spec.name.upper() + "\u00e9"]
+        ), wires
     tamper = _TAMPERS.get(case.kind)
     if tamper is None:
         raise ValueError(f"unknown fuzz kind {case.kind!r}")
@@ -174,23 +203,26 @@ def fuzz_tensors(case: FuzzCase, rng: random.Random, huge_mib: int | None = None
 # one to change, huge_mib) and returns the tensors to send.
 
 
-def _garbage_values(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                    huge_mib: int | None) -> list[_Wire]:
+def _garbage_values(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     for w in wires:
         w.payload = rng.randbytes(len(w.payload)) if w.datatype != "BYTES" else _garbage_bytes_payload(rng, 4)
     return wires
 
 
-def _wrong_dtype(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                 huge_mib: int | None) -> list[_Wire]:
+def _wrong_dtype(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     wire.datatype = rng.choice([d for d in _DATATYPES if d != wire.datatype] + ["FP8", "COMPLEX64", ""])
     wire.payload = rng.randbytes(_element_count(wire.shape) * _ITEM_SIZE.get(wire.datatype, 4))
     return wires
 
 
-def _wrong_shape(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                 huge_mib: int | None) -> list[_Wire]:
+def _wrong_shape(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     wire.shape = [rng.choice(_ODD_DIMS) for _ in range(rng.randrange(0, 6))]
     count = _element_count(wire.shape)
@@ -199,50 +231,58 @@ def _wrong_shape(case: FuzzCase, rng: random.Random, wires: list[_Wire], target:
     return wires
 
 
-def _size_mismatch(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                   huge_mib: int | None) -> list[_Wire]:
+def _size_mismatch(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     size = len(wire.payload)
-    wire.payload = rng.randbytes(rng.choice([0, 1, max(size - rng.randrange(1, 9), 0), size + rng.randrange(1, 9),
-                                             size * 2 + 1]))
+    wire.payload = rng.randbytes(
+        rng.choice([0, 1, max(size - rng.randrange(1, 9), 0), size + rng.randrange(1, 9), size * 2 + 1])
+    )
     return wires
 
 
-def _missing_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                   huge_mib: int | None) -> list[_Wire]:
+def _missing_input(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     del wires[target]
     return wires
 
 
-def _unknown_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                   huge_mib: int | None) -> list[_Wire]:
+def _unknown_input(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     name = rng.choice([UNKNOWN_INPUT, "", "x" * 4096, "INPUT\u00e9\u0000", wire.name.lower() + "_"])
     return wires + [_Wire(name, wire.datatype, wire.shape, wire.payload)]
 
 
-def _duplicate_input(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                     huge_mib: int | None) -> list[_Wire]:
+def _duplicate_input(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     return wires + [_Wire(wire.name, wire.datatype, list(wire.shape), wire.payload)]
 
 
-def _batch_too_large(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                     huge_mib: int | None) -> list[_Wire]:
+def _batch_too_large(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     too_big = case.model.max_batch_size + rng.randrange(1, 4 * case.model.max_batch_size + 1)
     return _wire_from_arrays(case.reference.make_inputs(too_big, seed=rng.randrange(1000)), case.model)
 
 
-def _empty_tensor(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                  huge_mib: int | None) -> list[_Wire]:
+def _empty_tensor(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     for w in wires:
         w.shape = [0] + w.shape[1:] if w.shape else [0]
         w.payload = b""
     return wires
 
 
-def _huge_tensor(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                 huge_mib: int | None) -> list[_Wire]:
+def _huge_tensor(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     size = (huge_mib or rng.choice(HUGE_MIB[case.protocol])) * 1024 * 1024
     item = _ITEM_SIZE.get(wire.datatype, 4)
@@ -252,8 +292,9 @@ def _huge_tensor(case: FuzzCase, rng: random.Random, wires: list[_Wire], target:
     return wires
 
 
-def _garbage_bytes(case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int,
-                   huge_mib: int | None) -> list[_Wire]:
+def _garbage_bytes(
+    case: FuzzCase, rng: random.Random, wires: list[_Wire], target: int, huge_mib: int | None
+) -> list[_Wire]:
     wire = wires[target]
     wire.datatype = "BYTES"
     wire.payload = _garbage_bytes_payload(rng, _element_count(wire.shape) if len(wire.shape) < 4 else 1)
@@ -295,12 +336,17 @@ def _sequence_parameters(spec: ModelSpec, sequence: SequenceParameters | None) -
     return {} if flags is None else flags.kwargs()
 
 
-def _http_body(spec: ModelSpec, wires: list[_Wire],
-               sequence: SequenceParameters | None = None) -> tuple[bytes, dict[str, str]]:
+def _http_body(
+    spec: ModelSpec, wires: list[_Wire], sequence: SequenceParameters | None = None
+) -> tuple[bytes, dict[str, str]]:
     header = {
         "inputs": [
-            {"name": w.name, "datatype": w.datatype, "shape": w.shape,
-             "parameters": {"binary_data_size": len(w.payload)}}
+            {
+                "name": w.name,
+                "datatype": w.datatype,
+                "shape": w.shape,
+                "parameters": {"binary_data_size": len(w.payload)},
+            }
             for w in wires
         ],
         "outputs": [{"name": t.name, "parameters": {"binary_data": True}} for t in spec.outputs],
@@ -315,7 +361,9 @@ def _http_body(spec: ModelSpec, wires: list[_Wire],
     }
 
 
-def _http_post(endpoints: Endpoints, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, Any]:
+def _http_post(
+    endpoints: Endpoints, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, bytes, Any]:
     """(status, body, response headers); AssertionError when the server does not answer."""
     connection = http.client.HTTPConnection(*_split(endpoints.http_url), timeout=FUZZ_TIMEOUT_S)
     try:
@@ -326,7 +374,8 @@ def _http_post(endpoints: Endpoints, path: str, body: bytes, headers: dict[str, 
         raise AssertionError(f"no HTTP answer within {FUZZ_TIMEOUT_S:.0f} s") from None
     except (ConnectionError, http.client.HTTPException) as err:
         raise AssertionError(
-            f"the server dropped the HTTP connection without answering ({type(err).__name__})") from None
+            f"the server dropped the HTTP connection without answering ({type(err).__name__})"
+        ) from None
     finally:
         connection.close()
 
@@ -338,13 +387,20 @@ def _infer_path(model: str) -> str:
 
 def _grpc_stub(endpoints: Endpoints):
 
-    channel = grpc.insecure_channel(endpoints.grpc_url, options=[
-        ("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)])
+    channel = grpc.insecure_channel(
+        endpoints.grpc_url,
+        options=[("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)],
+    )
     return channel, service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
-def _grpc_request(model: str, spec: ModelSpec, wires: list[_Wire], request_id: str = "",
-                  sequence: SequenceParameters | None = None):
+def _grpc_request(
+    model: str,
+    spec: ModelSpec,
+    wires: list[_Wire],
+    request_id: str = "",
+    sequence: SequenceParameters | None = None,
+):
 
     request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
     for key, value in _sequence_parameters(spec, sequence).items():
@@ -378,8 +434,9 @@ def _grpc_outcome(err: Exception) -> str:
     return f"grpc {code.name if code else type(err).__name__}"
 
 
-def send_wire(protocol: str, endpoints: Endpoints, model: str, wires: list[_Wire], spec: ModelSpec,
-               decoupled: bool) -> str:
+def send_wire(
+    protocol: str, endpoints: Endpoints, model: str, wires: list[_Wire], spec: ModelSpec, decoupled: bool
+) -> str:
     """Send one request; "ok" or how it was refused."""
     if protocol == "http":
         status, _, _ = _http_post(endpoints, _infer_path(model), *_http_body(spec, wires))
@@ -456,12 +513,20 @@ class _Refused(Exception):
         self.outcome = outcome
 
 
-def _answers(protocol: str, endpoints: Endpoints, spec: ModelSpec, wires: list[_Wire], request_id: str,
-             sequence: SequenceParameters | None = None) -> list[dict[str, np.ndarray]]:
+def _answers(
+    protocol: str,
+    endpoints: Endpoints,
+    spec: ModelSpec,
+    wires: list[_Wire],
+    request_id: str,
+    sequence: SequenceParameters | None = None,
+) -> list[dict[str, np.ndarray]]:
     """Send one request to the model (with ``sequence`` as its sequence parameters): the outputs of each response
     with data (a decoupled model's over a gRPC stream; one otherwise). _Refused when the server refuses it."""
     if protocol == "http":
-        status, body, headers = _http_post(endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence))
+        status, body, headers = _http_post(
+            endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence)
+        )
         if status != 200:
             raise _Refused(f"http {status}", f"HTTP {status} {body[:200]!r}")
         return [_decode_http_outputs(body, headers, tritonutils.triton_to_np_dtype)]
@@ -497,7 +562,9 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
     except _Refused as err:
         raise AssertionError(f"a valid request was refused: {err}") from None
     if not spec.decoupled:
-        assert_outputs_match(answers[0], reference.compute(inputs), reference.TOLERANCE, f"batch size {batch}")
+        assert_outputs_match(
+            answers[0], reference.compute(inputs), reference.TOLERANCE, f"batch size {batch}"
+        )
         return "ok"
     expected = reference.responses(inputs)
     if len(answers) != len(expected):
@@ -522,9 +589,13 @@ def _decode_http_outputs(body: bytes, headers: Any, to_np) -> dict[str, np.ndarr
     for output in header.get("outputs", []):
         size = int(output.get("parameters", {}).get("binary_data_size", 0))
         if "data" in output:
-            outputs[output["name"]] = np.array(output["data"], dtype=to_np(output["datatype"])).reshape(output["shape"])
+            outputs[output["name"]] = np.array(output["data"], dtype=to_np(output["datatype"])).reshape(
+                output["shape"]
+            )
         else:
-            outputs[output["name"]] = _decode(output["datatype"], output["shape"], body[offset:offset + size], to_np)
+            outputs[output["name"]] = _decode(
+                output["datatype"], output["shape"], body[offset : offset + size], to_np
+            )
             offset += size
     return outputs
 
@@ -554,8 +625,9 @@ def _fuzz_cancel(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> st
             connection.close()
         return "cancelled"
     if spec.decoupled:
-        outcome, _ = _grpc_stream_once(endpoints, _grpc_request(spec.name, spec, wires, "cancel"),
-                                       cancel_after=rng.uniform(0, 0.03))
+        outcome, _ = _grpc_stream_once(
+            endpoints, _grpc_request(spec.name, spec, wires, "cancel"), cancel_after=rng.uniform(0, 0.03)
+        )
         return outcome
     channel, stub = _grpc_stub(endpoints)
     try:
@@ -574,13 +646,20 @@ def _fuzz_disconnect(rng: random.Random, protocol: str, endpoints: Endpoints) ->
     host, port = _split(endpoints.http_url if protocol == "http" else endpoints.grpc_url)
     if protocol == "http":
         length = rng.choice([64, 4096, 2**20, 2**31])
-        head = (f"POST /v2/models/m/infer HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {length}\r\n\r\n").encode()
+        head = (
+            f"POST /v2/models/m/infer HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n\r\n"
+        ).encode()
         options = [b"", head[: rng.randrange(1, len(head))], head, head + b'{"inputs": [', rng.randbytes(512)]
     else:
         preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-        options = [b"", preface[: rng.randrange(1, len(preface))], preface, preface + rng.randbytes(64),
-                   rng.randbytes(512)]
+        options = [
+            b"",
+            preface[: rng.randrange(1, len(preface))],
+            preface,
+            preface + rng.randbytes(64),
+            rng.randbytes(512),
+        ]
     data = rng.choice(options)
     with socket.create_connection((host, port), timeout=FUZZ_TIMEOUT_S) as sock:
         if data:
@@ -607,10 +686,16 @@ def _send_malformed_grpc(rng: random.Random, endpoints: Endpoints, valid: bytes)
     """Random bytes, or a truncated or corrupted ``valid`` message, as a ModelInfer request."""
     channel, _ = _grpc_stub(endpoints)
     try:
-        method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
-                                     request_serializer=None, response_deserializer=None)
-        message = rng.choice([rng.randbytes(rng.randrange(1, 2048)), valid[: rng.randrange(1, len(valid))],
-                              valid[:8] + rng.randbytes(64) + valid[72:]])
+        method = channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer", request_serializer=None, response_deserializer=None
+        )
+        message = rng.choice(
+            [
+                rng.randbytes(rng.randrange(1, 2048)),
+                valid[: rng.randrange(1, len(valid))],
+                valid[:8] + rng.randbytes(64) + valid[72:],
+            ]
+        )
         try:
             method(message, timeout=FUZZ_TIMEOUT_S)
             return "ok"
@@ -620,8 +705,9 @@ def _send_malformed_grpc(rng: random.Random, endpoints: Endpoints, valid: bytes)
         channel.close()
 
 
-def _malformed_http(rng: random.Random, wires: list[_Wire], body: bytes,
-                    headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+def _malformed_http(
+    rng: random.Random, wires: list[_Wire], body: bytes, headers: dict[str, str]
+) -> tuple[bytes, dict[str, str]]:
     """(body, headers) of a valid HTTP request, broken one of eight ways."""
     length = int(headers["Inference-Header-Content-Length"])
     choice = rng.randrange(8)
@@ -638,8 +724,10 @@ def _malformed_http(rng: random.Random, wires: list[_Wire], body: bytes,
         body = json.dumps(rng.choice([[], 7, "x", {"inputs": 5}, {"inputs": [{"name": 5}]}, {}])).encode()
         headers.pop("Inference-Header-Content-Length")
     elif choice == 5:  # JSON data whose length disagrees with the shape
-        tensors = [{"name": w.name, "datatype": w.datatype, "shape": w.shape, "data": [1] * rng.randrange(0, 5)}
-                   for w in wires]
+        tensors = [
+            {"name": w.name, "datatype": w.datatype, "shape": w.shape, "data": [1] * rng.randrange(0, 5)}
+            for w in wires
+        ]
         body = json.dumps({"inputs": tensors}).encode()
         headers.pop("Inference-Header-Content-Length")
     elif choice == 6:  # binary sizes that add up to more than the body
@@ -657,13 +745,15 @@ def _malformed_http(rng: random.Random, wires: list[_Wire], body: bytes,
 # -- sequence models
 
 
-def _send_sequenced(case: FuzzCase, endpoints: Endpoints, inputs: dict,
-                    sequence: SequenceParameters) -> tuple[str, Any]:
+def _send_sequenced(
+    case: FuzzCase, endpoints: Endpoints, inputs: dict, sequence: SequenceParameters
+) -> tuple[str, Any]:
     """Send one request with ``sequence`` as its sequence parameters: ("ok", outputs) or (how it was refused,
     None)."""
     try:
-        answers = _answers(case.protocol, endpoints, case.model, _wire_from_arrays(inputs, case.model), "seq",
-                           sequence)
+        answers = _answers(
+            case.protocol, endpoints, case.model, _wire_from_arrays(inputs, case.model), "seq", sequence
+        )
     except _Refused as err:
         return err.outcome, None
     if len(answers) != 1:
@@ -688,12 +778,17 @@ def _fuzz_sequence_controls(case: FuzzCase, rng: random.Random, endpoints: Endpo
         steps = [reference.make_inputs(batch, seed=rng.randrange(1000)) for _ in range(first + second)]
         expected = reference.compute_sequence(steps[:first]) + reference.compute_sequence(steps[first:])
         for index, (step, want) in enumerate(zip(steps, expected)):
-            flags = {"sequence_id": fresh, "sequence_start": index in (0, first),
-                     "sequence_end": index == len(steps) - 1}
+            flags = {
+                "sequence_id": fresh,
+                "sequence_start": index in (0, first),
+                "sequence_end": index == len(steps) - 1,
+            }
             outcome, got = _send_sequenced(case, endpoints, step, flags)
             if outcome != "ok":
                 raise AssertionError(f"request {index} of a valid sequence was refused ({outcome})")
-            assert_outputs_match(got, want, reference.TOLERANCE, f"sequence request {index} (restarted at {first})")
+            assert_outputs_match(
+                got, want, reference.TOLERANCE, f"sequence request {index} (restarted at {first})"
+            )
         return "ok"
     sequence = [
         {},  # no correlation ID at all
@@ -701,8 +796,11 @@ def _fuzz_sequence_controls(case: FuzzCase, rng: random.Random, endpoints: Endpo
         {"sequence_id": fresh, "sequence_end": True},  # END of a sequence that never started
         {"sequence_id": wrong_kind, "sequence_start": True, "sequence_end": True},
         {"sequence_id": rng.choice([0, ""]), "sequence_start": True, "sequence_end": True},
-        {"sequence_id": rng.choice([2**64 - 1, -1, "x" * rng.choice([1, 300, 70000])]), "sequence_start": True,
-         "sequence_end": True},
+        {
+            "sequence_id": rng.choice([2**64 - 1, -1, "x" * rng.choice([1, 300, 70000])]),
+            "sequence_start": True,
+            "sequence_end": True,
+        },
         {"sequence_id": fresh, "sequence_start": rng.choice(["yes", 1, 2.5]), "sequence_end": True},
     ][choice]
     outcome, _ = _send_sequenced(case, endpoints, inputs, sequence)

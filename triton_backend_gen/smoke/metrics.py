@@ -21,7 +21,7 @@ from triton_backend_gen.smoke.run import SmokeResult
 LATENCY_COUNTER = "requests_process_latency_ns"  # nanoseconds spent on each request, summed
 BATCH_HISTOGRAM = "execution_batch_size"  # requests per execution
 
-_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -44,8 +44,9 @@ def _value(samples: dict, name: str, model: str) -> float | None:
     return sum(found) if found else None
 
 
-def check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...],
-                         settle_s: float = 2.0) -> str:
+def check_custom_metrics(
+    metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...], settle_s: float = 2.0
+) -> str:
     """That ``model`` publishes each of ``families`` labelled model=<model>; for the templates' own families
     also the values the run implies: the latency counter above zero, the batch-size histogram holding one
     observation per execution and summing to the requests the model ran (Triton's statistics). A backend may
@@ -66,7 +67,8 @@ def _scrape_or_fail(metrics_url: str) -> dict[str, list[tuple[dict[str, str], fl
         return scrape(metrics_url)
     except OSError as err:
         raise AssertionError(
-            f"the metrics endpoint http://{metrics_url}/metrics did not answer: {error_text(err)}") from None
+            f"the metrics endpoint http://{metrics_url}/metrics did not answer: {error_text(err)}"
+        ) from None
 
 
 def _missing_families(samples: dict, model: str, families: tuple[str, ...]) -> list[str]:
@@ -76,30 +78,35 @@ def _missing_families(samples: dict, model: str, families: tuple[str, ...]) -> l
     for family in families:
         names = [family] + [f"{family}{suffix}" for suffix in ("_count", "_sum", "_bucket")]
         if not any(_value(samples, name, model) is not None for name in names):
-            problems.append(f"no {family} sample labelled model=\"{model}\"")
+            problems.append(f'no {family} sample labelled model="{model}"')
     return problems
 
 
-def _check_latency_counter(samples: dict, model: str, inferences: int,
-                           executions: int) -> tuple[str | None, str]:
+def _check_latency_counter(
+    samples: dict, model: str, inferences: int, executions: int
+) -> tuple[str | None, str]:
     """(problem or None, detail) of the latency counter: above zero once the model ran requests."""
     latency = _value(samples, LATENCY_COUNTER, model) or 0.0
     problem = f"{LATENCY_COUNTER} is {latency:g} after {inferences} requests" if latency <= 0 else None
     return problem, f"{LATENCY_COUNTER} {latency / 1e6:.1f} ms over {inferences} requests"
 
 
-def _check_batch_histogram(samples: dict, model: str, inferences: int,
-                           executions: int) -> tuple[str | None, str]:
+def _check_batch_histogram(
+    samples: dict, model: str, inferences: int, executions: int
+) -> tuple[str | None, str]:
     """(problem or None, detail) of the batch-size histogram: one observation per execution, summing to the
     requests the model ran, as the server's statistics count them."""
     count = _value(samples, f"{BATCH_HISTOGRAM}_count", model)
     total = _value(samples, f"{BATCH_HISTOGRAM}_sum", model)
     problem = None
     if count != executions or total != inferences:
-        problem = (f"{BATCH_HISTOGRAM} counts {count:g} executions of {total:g} requests; the server's "
-                   f"statistics say {executions} executions of {inferences} requests")
-    return problem, (f"{BATCH_HISTOGRAM}: {executions} executions of {inferences} requests, "
-                     "as the statistics say")
+        problem = (
+            f"{BATCH_HISTOGRAM} counts {count:g} executions of {total:g} requests; the server's "
+            f"statistics say {executions} executions of {inferences} requests"
+        )
+    return problem, (
+        f"{BATCH_HISTOGRAM}: {executions} executions of {inferences} requests, as the statistics say"
+    )
 
 
 # The templates' own families, each with the check of the values a run implies; checked in this order, each
@@ -107,8 +114,9 @@ def _check_batch_histogram(samples: dict, model: str, inferences: int,
 _VALUE_CHECKS = ((LATENCY_COUNTER, _check_latency_counter), (BATCH_HISTOGRAM, _check_batch_histogram))
 
 
-def _check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str,
-                          families: tuple[str, ...]) -> str:
+def _check_custom_metrics(
+    metrics_url: str, endpoints: Endpoints, model: str, families: tuple[str, ...]
+) -> str:
     """One reading of ``check_custom_metrics``: its detail line, or AssertionError naming every problem."""
     samples = _scrape_or_fail(metrics_url)
     problems = _missing_families(samples, model, families)
@@ -128,8 +136,9 @@ def _check_custom_metrics(metrics_url: str, endpoints: Endpoints, model: str,
     return "; ".join(details)
 
 
-def custom_metrics_results(metrics_url: str, endpoints: Endpoints, models: dict[str, tuple[str, ...]],
-                           named: bool = False) -> list[SmokeResult]:
+def custom_metrics_results(
+    metrics_url: str, endpoints: Endpoints, models: dict[str, tuple[str, ...]], named: bool = False
+) -> list[SmokeResult]:
     """One result per model that declares custom metric families (tbgen.toml's ``metrics``); ``named``: each
     result's name starts with its model's (a project of several models)."""
     results = []

@@ -86,13 +86,15 @@ class ModelSpec:
 
 def model_spec(config: ModelConfig, name: str) -> ModelSpec:
     """The parts of a ModelConfig that the smoke suite needs."""
+
     def datatype(value: int) -> str:
         wire = model_config_pb2.DataType.Name(value).removeprefix("TYPE_")
         return "BYTES" if wire == "STRING" else wire
 
     def tensors(items, optional: bool) -> tuple[TensorSpec, ...]:
         return tuple(
-            TensorSpec(t.name, datatype(t.data_type), tuple(t.dims), bool(optional and t.optional)) for t in items
+            TensorSpec(t.name, datatype(t.data_type), tuple(t.dims), bool(optional and t.optional))
+            for t in items
         )
 
     return ModelSpec(
@@ -118,11 +120,16 @@ def sequence_spec(config: ModelConfig) -> SequenceSpec | None:
     corrid = model_config_pb2.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
     string_ids = any(
         control.kind == corrid and control.data_type == model_config_pb2.TYPE_STRING
-        for tensor in batching.control_input for control in tensor.control
+        for tensor in batching.control_input
+        for control in tensor.control
     )
     idle = batching.max_sequence_idle_microseconds / 1e6 or DEFAULT_SEQUENCE_IDLE_S
-    return SequenceSpec(strategy=batching.WhichOneof("strategy_choice") or "direct", string_ids=string_ids,
-                        idle_timeout_s=idle, implicit_state=len(batching.state) > 0)
+    return SequenceSpec(
+        strategy=batching.WhichOneof("strategy_choice") or "direct",
+        string_ids=string_ids,
+        idle_timeout_s=idle,
+        implicit_state=len(batching.state) > 0,
+    )
 
 
 def leaves_tensors_to_backend(config: ModelConfig) -> bool:
@@ -141,7 +148,9 @@ def load_model_spec(
     there."""
     path = repository / model.name / model.config_file.name if repository is not None else model.config_file
     if not path.is_file():
-        raise SmokeError(f"{path} does not exist.", f"tbgen.toml lists model '{model.name}'; add its config.pbtxt.")
+        raise SmokeError(
+            f"{path} does not exist.", f"tbgen.toml lists model '{model.name}'; add its config.pbtxt."
+        )
     config = load_model_config(path)
     if served is not None and model.name in served and leaves_tensors_to_backend(config):
         return replace(model_spec(served[model.name], model.name), auto_completed=True), config
@@ -149,7 +158,9 @@ def load_model_spec(
 
 
 def load_model_specs(
-    project: Project, model: ModelEntry | None = None, repository: Path | None = None,
+    project: Project,
+    model: ModelEntry | None = None,
+    repository: Path | None = None,
     served: Mapping[str, ModelConfig] | None = None,
 ) -> list[tuple[ModuleType, ModelSpec, ModelConfig]]:
     """For ``model`` (every model of the project when None): its reference (reference.py, or the file its
@@ -226,10 +237,12 @@ def reference_mismatch(spec: ModelSpec, reference: ModuleType) -> str | None:
     missing = [t.name for t in spec.inputs if not t.optional and t.name not in made]
     if not missing and any(t.name in made for t in spec.inputs):
         return None
-    return (f"reference.py does not describe model {spec.name}: its make_inputs gives "
-            f"{', '.join(made) or 'nothing'}, the model takes {', '.join(t.name for t in spec.inputs)}. "
-            "Give the model a reference of its own (reference = \"references/<model>.py\" in its [[models]] entry), "
-            "or drop it from tbgen.toml's [[models]] (it is still served).")
+    return (
+        f"reference.py does not describe model {spec.name}: its make_inputs gives "
+        f"{', '.join(made) or 'nothing'}, the model takes {', '.join(t.name for t in spec.inputs)}. "
+        'Give the model a reference of its own (reference = "references/<model>.py" in its [[models]] entry), '
+        "or drop it from tbgen.toml's [[models]] (it is still served)."
+    )
 
 
 def check_reference_api(reference: ModuleType, decoupled: bool, sequence: bool = False) -> None:

@@ -42,8 +42,13 @@ def run_smoke(
     broken_after: str | None = None
     for check in plan:
         if broken_after is not None:
-            result = SmokeResult(check.name, check.protocol, False,
-                                 f"not run: the server stopped being healthy during '{broken_after}'", 0.0)
+            result = SmokeResult(
+                check.name,
+                check.protocol,
+                False,
+                f"not run: the server stopped being healthy during '{broken_after}'",
+                0.0,
+            )
         else:
             if on_start is not None:
                 on_start(check)
@@ -55,8 +60,9 @@ def run_smoke(
     return results
 
 
-def _run_check(check: SmokeCheck, endpoints: Endpoints,
-               is_healthy: Callable[[], bool] | None) -> tuple[SmokeResult, bool]:
+def _run_check(
+    check: SmokeCheck, endpoints: Endpoints, is_healthy: Callable[[], bool] | None
+) -> tuple[SmokeResult, bool]:
     """(result, whether the server is healthy afterwards) of one check, timed: an exception is a failure with
     its reason, and so is a server found unhealthy afterwards (whatever the check said)."""
     start = time.monotonic()
@@ -77,7 +83,12 @@ def write_junit_xml(results: list[SmokeResult], path: Path, suite: str) -> None:
     failures = sum(1 for r in results if not r.passed)
     root = ET.Element("testsuites", tests=str(len(results)), failures=str(failures))
     node = ET.SubElement(
-        root, "testsuite", name=suite, tests=str(len(results)), failures=str(failures), errors="0",
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(results)),
+        failures=str(failures),
+        errors="0",
         time=f"{sum(r.seconds for r in results):.3f}",
     )
     for result in results:
@@ -86,7 +97,9 @@ def write_junit_xml(results: list[SmokeResult], path: Path, suite: str) -> None:
         if result.passed:
             ET.SubElement(case, "system-out").text = result.detail
         else:
-            failure = ET.SubElement(case, "failure", message=result.detail.splitlines()[0][:500] if result.detail else "")
+            failure = ET.SubElement(
+                case, "failure", message=result.detail.splitlines()[0][:500] if result.detail else ""
+            )
             failure.text = result.detail
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,9 @@ class _Connection:
         except AssertionError as err:
             raise _Refused(str(err)) from None
         if len(responses) != 1:
-            raise AssertionError(f"{len(responses)} responses with data to one request of a sequence, expected 1")
+            raise AssertionError(
+                f"{len(responses)} responses with data to one request of a sequence, expected 1"
+            )
         return responses[0]
 
     def assert_healthy(self, what: str) -> None:
@@ -83,8 +85,17 @@ def _steps(spec: ModelSpec, reference: ModuleType, count: int, seed: int) -> lis
     return [reference.make_inputs(batch, seed=seed + i) for i in range(count)]
 
 
-def _run_sequence(connection: _Connection, reference: ModuleType, steps: list[dict], sequence_id: int | str, *,
-                  end: bool = True, pause: float = 0.0, rng: random.Random | None = None, label: str = "") -> None:
+def _run_sequence(
+    connection: _Connection,
+    reference: ModuleType,
+    steps: list[dict],
+    sequence_id: int | str,
+    *,
+    end: bool = True,
+    pause: float = 0.0,
+    rng: random.Random | None = None,
+    label: str = "",
+) -> None:
     """Send ``steps`` as one sequence (START on the first, END on the last unless ``end`` is false), each
     answer compared with reference.compute_sequence of the steps so far."""
     expected = reference.compute_sequence(steps)
@@ -93,8 +104,12 @@ def _run_sequence(connection: _Connection, reference: ModuleType, steps: list[di
         try:
             got = connection.infer(inputs, flags)
         except _Refused as err:
-            raise AssertionError(f"{label}sequence {sequence_id!r}, request {index}: refused: {err}") from None
-        assert_outputs_match(got, want, reference.TOLERANCE, f"{label}sequence {sequence_id!r}, request {index}")
+            raise AssertionError(
+                f"{label}sequence {sequence_id!r}, request {index}: refused: {err}"
+            ) from None
+        assert_outputs_match(
+            got, want, reference.TOLERANCE, f"{label}sequence {sequence_id!r}, request {index}"
+        )
         if pause and rng is not None:
             # A random pause on purpose (no condition to poll): it shuffles how concurrent clients' requests
             # interleave, so that sequences start and end inside each other's batches.
@@ -105,7 +120,9 @@ def _check_sequence(spec: ModelSpec, reference: ModuleType, protocol: str, endpo
     steps = _steps(spec, reference, 6, seed=1)
     with _Connection(spec, protocol, endpoints) as connection:
         _run_sequence(connection, reference, steps, new_sequence_id(spec))
-    return f"a sequence of {len(steps)} requests (START ... END): each answer equals reference.compute_sequence"
+    return (
+        f"a sequence of {len(steps)} requests (START ... END): each answer equals reference.compute_sequence"
+    )
 
 
 def _check_interleaved(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
@@ -118,12 +135,23 @@ def _check_interleaved(spec: ModelSpec, reference: ModuleType, endpoints: Endpoi
         try:
             with _Connection(spec, "grpc", endpoints) as connection:
                 for round_ in range(2):
-                    steps = _steps(spec, reference, 2 + (number + 3 * round_) % 5, seed=100 * number + 10 * round_)
-                    _run_sequence(connection, reference, steps, new_sequence_id(spec), pause=0.01, rng=rng,
-                                  label=f"client {number}: ")
+                    steps = _steps(
+                        spec, reference, 2 + (number + 3 * round_) % 5, seed=100 * number + 10 * round_
+                    )
+                    _run_sequence(
+                        connection,
+                        reference,
+                        steps,
+                        new_sequence_id(spec),
+                        pause=0.01,
+                        rng=rng,
+                        label=f"client {number}: ",
+                    )
                     sent.append(len(steps))
         except Exception as err:  # noqa: BLE001 - collected and reported by the check
-            failures.append(str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}")
+            failures.append(
+                str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}"
+            )
 
     threads = [threading.Thread(target=client_run, args=(n,), daemon=True) for n in range(count)]
     for thread in threads:
@@ -134,19 +162,37 @@ def _check_interleaved(spec: ModelSpec, reference: ModuleType, endpoints: Endpoi
         failures.append("no answer within 120 s")
     if failures:
         raise AssertionError(f"{len(failures)} of {count} clients failed: " + "; ".join(failures[:3]))
-    return (f"{count} clients, {len(sent)} sequences interleaved ({sum(sent)} requests): each answer equals the "
-            "running result of its own sequence")
+    return (
+        f"{count} clients, {len(sent)} sequences interleaved ({sum(sent)} requests): each answer equals the "
+        "running result of its own sequence"
+    )
 
 
 def _check_restart(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
     sequence_id = new_sequence_id(spec)
     with _Connection(spec, protocol, endpoints) as connection:
-        _run_sequence(connection, reference, _steps(spec, reference, 3, seed=50), sequence_id, end=False,
-                      label="before the restart: ")
-        _run_sequence(connection, reference, _steps(spec, reference, 3, seed=60), sequence_id,
-                      label="restarted with START: ")
-        _run_sequence(connection, reference, _steps(spec, reference, 2, seed=70), sequence_id,
-                      label="started again after END: ")
+        _run_sequence(
+            connection,
+            reference,
+            _steps(spec, reference, 3, seed=50),
+            sequence_id,
+            end=False,
+            label="before the restart: ",
+        )
+        _run_sequence(
+            connection,
+            reference,
+            _steps(spec, reference, 3, seed=60),
+            sequence_id,
+            label="restarted with START: ",
+        )
+        _run_sequence(
+            connection,
+            reference,
+            _steps(spec, reference, 2, seed=70),
+            sequence_id,
+            label="started again after END: ",
+        )
     return "an ID that starts again (mid-sequence, and after END) starts from the initial state"
 
 
@@ -161,19 +207,27 @@ def _assert_refused(connection: _Connection, inputs: dict, flags: SequenceFlags,
     return message
 
 
-def _check_unknown_sequence(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
+def _check_unknown_sequence(
+    spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints
+) -> str:
     inputs = _steps(spec, reference, 1, seed=80)[0]
     with _Connection(spec, protocol, endpoints) as connection:
-        message = _assert_refused(connection, inputs, SequenceFlags(new_sequence_id(spec)),
-                                  "a request for a sequence that never started")
+        message = _assert_refused(
+            connection,
+            inputs,
+            SequenceFlags(new_sequence_id(spec)),
+            "a request for a sequence that never started",
+        )
     return f"refused: {message}"
 
 
 def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
     idle = spec.sequence.idle_timeout_s
     if idle > LONGEST_IDLE_WAIT_S:
-        return (f"not waited for: the idle timeout is {idle:g} s (max_sequence_idle_microseconds), over "
-                f"{LONGEST_IDLE_WAIT_S:g} s")
+        return (
+            f"not waited for: the idle timeout is {idle:g} s (max_sequence_idle_microseconds), over "
+            f"{LONGEST_IDLE_WAIT_S:g} s"
+        )
     sequence_id = new_sequence_id(spec)
     steps = _steps(spec, reference, 3, seed=90)
     with _Connection(spec, "grpc", endpoints) as connection:
@@ -181,11 +235,19 @@ def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpo
         # The wait is the behaviour under test: the sequence batcher ends a sequence idle for longer than
         # max_sequence_idle_microseconds, and only the refusal of its next request tells a client it did.
         time.sleep(idle + IDLE_MARGIN_S)
-        _assert_refused(connection, steps[2], SequenceFlags(sequence_id),
-                        f"a request {idle + IDLE_MARGIN_S:g} s after its sequence's last one (past the idle timeout)")
-        _run_sequence(connection, reference, steps[2:], sequence_id, label="started again after the timeout: ")
-    return (f"a sequence idle for {idle + IDLE_MARGIN_S:g} s was ended (its next request refused); started again, from the "
-            "initial state")
+        _assert_refused(
+            connection,
+            steps[2],
+            SequenceFlags(sequence_id),
+            f"a request {idle + IDLE_MARGIN_S:g} s after its sequence's last one (past the idle timeout)",
+        )
+        _run_sequence(
+            connection, reference, steps[2:], sequence_id, label="started again after the timeout: "
+        )
+    return (
+        f"a sequence idle for {idle + IDLE_MARGIN_S:g} s was ended (its next request refused); started again, from the "
+        "initial state"
+    )
 
 
 def plan_sequence_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCheck]:
@@ -193,14 +255,25 @@ def plan_sequence_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCh
     protocols = ("grpc",) if spec.decoupled else ("http", "grpc")
     plan = [SmokeCheck("sequence", p, partial(_check_sequence, spec, reference, p)) for p in protocols]
     plan += [
-        SmokeCheck(f"{INTERLEAVED_SEQUENCES} interleaved sequences", "grpc",
-                   partial(_check_interleaved, spec, reference)),
+        SmokeCheck(
+            f"{INTERLEAVED_SEQUENCES} interleaved sequences",
+            "grpc",
+            partial(_check_interleaved, spec, reference),
+        ),
         SmokeCheck("sequence restarted", "grpc", partial(_check_restart, spec, reference, "grpc")),
     ]
-    plan += [SmokeCheck("request for an unknown sequence", p, partial(_check_unknown_sequence, spec, reference, p))
-             for p in protocols]
+    plan += [
+        SmokeCheck("request for an unknown sequence", p, partial(_check_unknown_sequence, spec, reference, p))
+        for p in protocols
+    ]
     idle = spec.sequence.idle_timeout_s
-    waits = (f"waits {idle + IDLE_MARGIN_S:g} s on purpose: a sequence must stay idle past the model's idle timeout "
-             f"({idle:g} s) for Triton to end it" if idle <= LONGEST_IDLE_WAIT_S else "")
-    plan.append(SmokeCheck("idle sequence timed out", "grpc", partial(_check_idle_timeout, spec, reference), waits))
+    waits = (
+        f"waits {idle + IDLE_MARGIN_S:g} s on purpose: a sequence must stay idle past the model's idle timeout "
+        f"({idle:g} s) for Triton to end it"
+        if idle <= LONGEST_IDLE_WAIT_S
+        else ""
+    )
+    plan.append(
+        SmokeCheck("idle sequence timed out", "grpc", partial(_check_idle_timeout, spec, reference), waits)
+    )
     return plan

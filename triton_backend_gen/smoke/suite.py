@@ -79,16 +79,29 @@ class _Plan:
     served: dict | None = None  # the configs as served, for auto-completed models
 
 
-def run_suite(project: Project, triton: TritonServer, *, model: str | None = None, fuzz: int = 0, seed: int = 0,
-              progress: SuiteProgress | None = None,
-              on_ready: Callable[[float], None] = lambda seconds: None) -> SuiteReport:
+def run_suite(
+    project: Project,
+    triton: TritonServer,
+    *,
+    model: str | None = None,
+    fuzz: int = 0,
+    seed: int = 0,
+    progress: SuiteProgress | None = None,
+    on_ready: Callable[[float], None] = lambda seconds: None,
+) -> SuiteReport:
     """Start ``triton`` (stopped again on any way out), smoke-test every model of ``project`` (or ``model``) and
     send ``fuzz`` malformed requests (fuzzer ``seed``); ``on_ready`` hears how long the server took to load every
     model, once it has. The report carries the server's statistics of every model the project lists."""
     progress = progress or SuiteProgress()
     plan = _plan(project, triton, model, fuzz, seed)
-    report = SuiteReport(project, triton.describe(), triton.log_file, list(triton.warnings), list(triton.notes),
-                         triton.release_note)
+    report = SuiteReport(
+        project,
+        triton.describe(),
+        triton.log_file,
+        list(triton.warnings),
+        list(triton.notes),
+        triton.release_note,
+    )
     started = time.monotonic()
     progress.phase(f"starting {triton.describe()} and loading the models")
     with stop_on_signals(), triton:
@@ -100,8 +113,13 @@ def run_suite(project: Project, triton: TritonServer, *, model: str | None = Non
         _check(project, triton, plan, endpoints, report, progress)
         unanswering = unanswering_stubs(r.detail for r in report.results if not r.passed)
         alive_stubs = triton.python_stubs() if unanswering else None
-    report.add([SmokeResult(f"{STUB_CHECK} {instance}", "-", False, detail, 0.0)
-                for instance, detail in stub_failures(unanswering, alive_stubs, triton)], progress)
+    report.add(
+        [
+            SmokeResult(f"{STUB_CHECK} {instance}", "-", False, detail, 0.0)
+            for instance, detail in stub_failures(unanswering, alive_stubs, triton)
+        ],
+        progress,
+    )
     if triton.sanitizer_runtimes:
         report.add([_sanitizer_result(triton)], progress)
     return report
@@ -124,16 +142,25 @@ def _plan_from_the_server(project: Project, plan: _Plan, endpoints: Endpoints, f
     plan.served = served_configs(project, endpoints, repository=plan.repository)
     plan.checks = plan_smoke(project, plan.chosen, repository=plan.repository, served=plan.served)
     if fuzz:
-        plan.fuzz_cases = plan_fuzz(project, fuzz, seed, plan.chosen, repository=plan.repository, served=plan.served)
+        plan.fuzz_cases = plan_fuzz(
+            project, fuzz, seed, plan.chosen, repository=plan.repository, served=plan.served
+        )
 
 
-def _check(project: Project, triton: TritonServer, plan: _Plan, endpoints: Endpoints, report: SuiteReport,
-           progress: SuiteProgress) -> None:
+def _check(
+    project: Project,
+    triton: TritonServer,
+    plan: _Plan,
+    endpoints: Endpoints,
+    report: SuiteReport,
+    progress: SuiteProgress,
+) -> None:
     """The smoke checks, then custom metrics and request parameters (after the checks, all answered, before
     requests that fail), then the fuzzer; the server's statistics last."""
     healthy = lambda: triton.running  # noqa: E731
-    report.results += run_smoke(plan.checks, endpoints, is_healthy=healthy, progress=progress.result,
-                                on_start=progress.check)
+    report.results += run_smoke(
+        plan.checks, endpoints, is_healthy=healthy, progress=progress.result, on_start=progress.check
+    )
     if triton.running:
         _check_metrics_and_parameters(project, triton, plan, endpoints, report, progress)
     if plan.fuzz_cases:
@@ -144,8 +171,14 @@ def _check(project: Project, triton: TritonServer, plan: _Plan, endpoints: Endpo
         report.statistics = server_statistics(endpoints, [m.name for m in project.models])
 
 
-def _check_metrics_and_parameters(project: Project, triton: TritonServer, plan: _Plan, endpoints: Endpoints,
-                                  report: SuiteReport, progress: SuiteProgress) -> None:
+def _check_metrics_and_parameters(
+    project: Project,
+    triton: TritonServer,
+    plan: _Plan,
+    endpoints: Endpoints,
+    report: SuiteReport,
+    progress: SuiteProgress,
+) -> None:
     """The custom metrics the models declare against the server's statistics, and the request parameters they
     answer back (model names in the results when the project has several models and all run)."""
     models = [m for m in project.models if plan.chosen in (None, m)]
@@ -176,6 +209,9 @@ def _sanitizer_result(triton: TritonServer) -> SmokeResult:
     """One result for a sanitizer build's run: passed when the server log holds no sanitizer report."""
     reports = sanitizer_reports(triton.log_file.read_text(errors="replace"))
     runtimes = ", ".join(path.name for path in triton.sanitizer_runtimes)
-    detail = (f"{len(reports)} report(s) in {triton.log_file}; the first:\n{reports[0]}" if reports
-              else f"no reports (server ran with {runtimes} preloaded)")
+    detail = (
+        f"{len(reports)} report(s) in {triton.log_file}; the first:\n{reports[0]}"
+        if reports
+        else f"no reports (server ran with {runtimes} preloaded)"
+    )
     return SmokeResult("sanitizer reports", "-", not reports, detail, 0.0)

@@ -40,10 +40,12 @@ _SANITIZER_CXX_FLAGS = "-fno-omit-frame-pointer -g -Wno-maybe-uninitialized"
 _REPO_TAG = re.compile(r'^\s*set\(\s*TRITON_(COMMON|CORE|BACKEND)_REPO_TAG\s+"?([^"\s)]+)', re.MULTILINE)
 
 Progress = Callable[[int, int, str], None]
-_UNCACHED_HINT = ("Triton's {branch} sources are not in tbgen's cache, and CMake could not clone them (no network?). "
-                  "Fill the cache once: `tbgen deps fetch --triton-version {release}` (online, or with "
-                  "--organization naming a mirror), or register the core/, common/ and backend/ you have "
-                  "(`tbgen deps add --help`).")
+_UNCACHED_HINT = (
+    "Triton's {branch} sources are not in tbgen's cache, and CMake could not clone them (no network?). "
+    "Fill the cache once: `tbgen deps fetch --triton-version {release}` (online, or with "
+    "--organization naming a mirror), or register the core/, common/ and backend/ you have "
+    "(`tbgen deps add --help`)."
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,9 @@ def parse_sanitizers(text: str | None) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(part.strip() for part in (text or "").split(",") if part.strip()))
     unknown = [name for name in names if name not in SANITIZERS]
     if unknown:
-        raise UsageError(f"Unknown sanitizer '{unknown[0]}'.", f"Use a comma-separated list of: {', '.join(SANITIZERS)}.")
+        raise UsageError(
+            f"Unknown sanitizer '{unknown[0]}'.", f"Use a comma-separated list of: {', '.join(SANITIZERS)}."
+        )
     return names
 
 
@@ -96,8 +100,12 @@ def sanitizer_defines(sanitizers: tuple[str, ...]) -> dict[str, str]:
         return {}
     flag = "-fsanitize=" + ",".join(sanitizers)
     compile_flags = f"{flag} {_SANITIZER_CXX_FLAGS}"
-    return {"CMAKE_C_FLAGS": compile_flags, "CMAKE_CXX_FLAGS": compile_flags,
-            "CMAKE_SHARED_LINKER_FLAGS": flag, "CMAKE_MODULE_LINKER_FLAGS": flag}
+    return {
+        "CMAKE_C_FLAGS": compile_flags,
+        "CMAKE_CXX_FLAGS": compile_flags,
+        "CMAKE_SHARED_LINKER_FLAGS": flag,
+        "CMAKE_MODULE_LINKER_FLAGS": flag,
+    }
 
 
 def validate_build_type(build_type: str) -> str:
@@ -107,10 +115,12 @@ def validate_build_type(build_type: str) -> str:
 
 
 def parse_nvcc_version(text: str) -> str:
-    """"13.0" from ``nvcc --version`` output ("Cuda compilation tools, release 13.0, V13.0.88")."""
+    """ "13.0" from ``nvcc --version`` output ("Cuda compilation tools, release 13.0, V13.0.88")."""
     match = re.search(r"release (\d+\.\d+)", text)
     if match is None:
-        raise BuildError("Could not read the CUDA version from `nvcc --version`.", f"It printed:\n{text.strip()}")
+        raise BuildError(
+            "Could not read the CUDA version from `nvcc --version`.", f"It printed:\n{text.strip()}"
+        )
     return match.group(1)
 
 
@@ -119,7 +129,11 @@ CUDA_ROOTS = (Path("/usr/local/cuda"),)
 
 def find_nvcc() -> Path | None:
     """The nvcc CMake would use: $CUDACXX, PATH, then <root>/bin/nvcc of each of CUDA_ROOTS."""
-    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), *(root / "bin" / "nvcc" for root in CUDA_ROOTS)):
+    for candidate in (
+        os.environ.get("CUDACXX"),
+        shutil.which("nvcc"),
+        *(root / "bin" / "nvcc" for root in CUDA_ROOTS),
+    ):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     return None
@@ -167,56 +181,92 @@ def build_project(
         _clean_build_dir(project)
     sources = cached_sources(project.release.branch)
     if sources is None:
-        notes.append(f"Triton {project.release.branch} sources are not in tbgen's cache: CMake clones them, which "
-                     "needs the network. Offline: fill the cache once, online, with "
-                     f"`tbgen deps fetch --triton-version {project.release.container}`, or register a copy you have "
-                     "(`tbgen deps add --help`).")
+        notes.append(
+            f"Triton {project.release.branch} sources are not in tbgen's cache: CMake clones them, which "
+            "needs the network. Offline: fill the cache once, online, with "
+            f"`tbgen deps fetch --triton-version {project.release.container}`, or register a copy you have "
+            "(`tbgen deps add --help`)."
+        )
     defines = sanitizer_defines(sanitize) | repo_tag_defines(project.release.branch)
     warnings: list[str] = []
     if gpu:
         defines |= _gpu_defines(project.release, warnings)
     build_dir = project.sanitize_build_dir if sanitize else project.build_dir
     run = _cmake_build_cpp(project, build_dir, sources, gpu, build_type, jobs, defines, progress)
-    return BuildResult(project, project.library, time.monotonic() - started, run.work_done, run.log_file,
-                       notes=tuple(notes), warnings=tuple(warnings))
+    return BuildResult(
+        project,
+        project.library,
+        time.monotonic() - started,
+        run.work_done,
+        run.log_file,
+        notes=tuple(notes),
+        warnings=tuple(warnings),
+    )
 
 
 def check_build_options(project: Project, kind: str | None, sanitize: tuple[str, ...], docker: bool) -> None:
     """UsageError for option combinations a build of ``kind`` cannot honour."""
     if sanitize and kind != "cpp":
-        raise UsageError(f"--sanitize builds C++ backends; {project.name} is a python project.",
-                         "Drop --sanitize, or use it on a cpp-backend or decoupled-backend (C++) project.")
+        raise UsageError(
+            f"--sanitize builds C++ backends; {project.name} is a python project.",
+            "Drop --sanitize, or use it on a cpp-backend or decoupled-backend (C++) project.",
+        )
     if docker and (sanitize or kind == "native"):
         what = "--sanitize builds" if sanitize else "native Python extensions"
-        raise UsageError(f"--docker does not run {what}: they are built for this machine's server and Python.",
-                         "Drop --docker for this build.")
+        raise UsageError(
+            f"--docker does not run {what}: they are built for this machine's server and Python.",
+            "Drop --docker for this build.",
+        )
 
 
 def _gpu_defines(release: versions.Release, warnings: list[str]) -> dict[str, str]:
     """The CUDA defines of a local --gpu build (and, in ``warnings``, a CUDA the release's image does not ship)."""
     nvcc = find_nvcc()
     if nvcc is None:
-        raise BuildError("--gpu needs CUDA's nvcc, and none was found ($CUDACXX, PATH, /usr/local/cuda).",
-                         "Install the CUDA toolkit, or build without --gpu.")
+        raise BuildError(
+            "--gpu needs CUDA's nvcc, and none was found ($CUDACXX, PATH, /usr/local/cuda).",
+            "Install the CUDA toolkit, or build without --gpu.",
+        )
     cuda = parse_nvcc_version(_output_of([str(nvcc), "--version"]))
     warnings += cuda_major_warnings(cuda, release)
     return cuda_defines(nvcc, cuda)
 
 
-def _cmake_build_cpp(project: Project, build_dir: Path, sources: Path | None, gpu: bool, build_type: str,
-                     jobs: int | None, defines: dict[str, str], progress: Progress | None) -> CMakeRun:
+def _cmake_build_cpp(
+    project: Project,
+    build_dir: Path,
+    sources: Path | None,
+    gpu: bool,
+    build_type: str,
+    jobs: int | None,
+    defines: dict[str, str],
+    progress: Progress | None,
+) -> CMakeRun:
     """CMake configure, build and install of the C++ backend; an uncached release that cannot be cloned is
     reported with the commands that fill the cache."""
     try:
-        run = cmake_build(project.root, build_dir, triton_sources=sources, gpu=gpu, build_type=build_type,
-                          install_dir=project.install_dir, jobs=jobs, extra_defines=defines, progress=progress)
+        run = cmake_build(
+            project.root,
+            build_dir,
+            triton_sources=sources,
+            gpu=gpu,
+            build_type=build_type,
+            install_dir=project.install_dir,
+            jobs=jobs,
+            extra_defines=defines,
+            progress=progress,
+        )
     except BuildError as err:
         if sources is None and "clone" in err.message.lower():
-            raise BuildError(err.message, _UNCACHED_HINT.format(branch=project.release.branch,
-                                                                 release=project.release.container)) from err
+            raise BuildError(
+                err.message,
+                _UNCACHED_HINT.format(branch=project.release.branch, release=project.release.container),
+            ) from err
         raise
     if not project.library.is_file():
-        raise BuildError(f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}")
+        raise BuildError(
+            f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}"
+        )
     return run
 
 
@@ -229,7 +279,8 @@ def tag_disagreements(project: Project) -> list[str]:
         f"CMakeLists.txt sets TRITON_{repo}_REPO_TAG to {tag}, but tbgen.toml targets Triton "
         f"{project.release.container}: tbgen builds with {wanted} (tbgen.toml wins, passed as -D). To move the "
         f"project to {tag} instead: {_update_to(tag, project)} (it keeps your edits)."
-        for repo, tag in _REPO_TAG.findall(text) if tag != wanted
+        for repo, tag in _REPO_TAG.findall(text)
+        if tag != wanted
     ]
 
 
@@ -246,26 +297,46 @@ def cuda_major_warnings(cuda: str, release: versions.Release) -> list[str]:
     """A warning when the CUDA of this machine's nvcc is not the major version ``release``'s image ships."""
     if cuda.split(".")[0] == release.cuda.split(".")[0]:
         return []
-    return [f"this nvcc is CUDA {cuda}, but Triton {release.container}'s image ships CUDA {release.cuda}: "
-            f"a library linked against CUDA {cuda.split('.')[0]}'s runtime will not load there. Build in the "
-            f"release's container (`tbgen build --docker`), or avoid the dependency (e.g. link cudart statically)."]
+    return [
+        f"this nvcc is CUDA {cuda}, but Triton {release.container}'s image ships CUDA {release.cuda}: "
+        f"a library linked against CUDA {cuda.split('.')[0]}'s runtime will not load there. Build in the "
+        f"release's container (`tbgen build --docker`), or avoid the dependency (e.g. link cudart statically)."
+    ]
 
 
-def _build_in_container(project: Project, image: str | None, gpu: bool, build_type: str, jobs: int | None,
-                        clean: bool, progress: Progress | None, started: float, notes: list[str]) -> BuildResult:
+def _build_in_container(
+    project: Project,
+    image: str | None,
+    gpu: bool,
+    build_type: str,
+    jobs: int | None,
+    clean: bool,
+    progress: Progress | None,
+    started: float,
+    notes: list[str],
+) -> BuildResult:
     image = image or default_image(project.release)
     if clean:
         shutil.rmtree(project.build_dir / "docker", ignore_errors=True)
     run = build_in_container(project, image, gpu=gpu, build_type=build_type, jobs=jobs, progress=progress)
     if not project.library.is_file():
-        raise BuildError(f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}")
+        raise BuildError(
+            f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}"
+        )
     notes = [*notes, f"built in {image}; `tbgen check` compares with a local server, so it was not run"]
-    return BuildResult(project, project.library, time.monotonic() - started, run.work_done, run.log_file,
-                       notes=tuple(notes))
+    return BuildResult(
+        project, project.library, time.monotonic() - started, run.work_done, run.log_file, notes=tuple(notes)
+    )
 
 
-def _build_native(project: Project, build_type: str, jobs: int | None, clean: bool,
-                  progress: Progress | None, started: float) -> BuildResult:
+def _build_native(
+    project: Project,
+    build_type: str,
+    jobs: int | None,
+    clean: bool,
+    progress: Progress | None,
+    started: float,
+) -> BuildResult:
     """The pybind11 extension, built for this Python (the one whose stub tbgen runs the models with)."""
     spec: NativeSpec = project.native
     build_dir = project.native_build_dir
@@ -276,12 +347,23 @@ def _build_native(project: Project, build_type: str, jobs: int | None, clean: bo
         "NATIVE_MODULE_DIR": str(spec.install_dir),
         "CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
     }
-    run = cmake_build(spec.source_dir, build_dir, triton_sources=None, gpu=False, build_type=build_type,
-                      install_dir=spec.install_dir, jobs=jobs, extra_defines=defines, progress=progress)
+    run = cmake_build(
+        spec.source_dir,
+        build_dir,
+        triton_sources=None,
+        gpu=False,
+        build_type=build_type,
+        install_dir=spec.install_dir,
+        jobs=jobs,
+        extra_defines=defines,
+        progress=progress,
+    )
     modules = sorted(spec.install_dir.glob(f"{spec.module}*.so"))
     if not modules:
-        raise BuildError(f"The build succeeded but installed no {spec.module}*.so into {spec.install_dir}.",
-                         f"See the log: {run.log_file}")
+        raise BuildError(
+            f"The build succeeded but installed no {spec.module}*.so into {spec.install_dir}.",
+            f"See the log: {run.log_file}",
+        )
     return BuildResult(project, modules[0], time.monotonic() - started, run.work_done, run.log_file)
 
 

@@ -132,7 +132,9 @@ def install_command(build_dir: Path, prefix: Path) -> list[str]:
 
 # Where an error is: a compiler's "path:line[:column]:" at the start of a line, CMake's "CMake Error at path:line".
 _COMPILER_PLACE = re.compile(r"^(?P<path>[^\s:(][^\s:]*):(?P<place>\d+(?::\d+)?:)")
-_CMAKE_PLACE = re.compile(r"^(?P<head>CMake (?:Error|Warning)(?: \(dev\))? at )(?P<path>[^\s:]+):(?P<place>\d+)")
+_CMAKE_PLACE = re.compile(
+    r"^(?P<head>CMake (?:Error|Warning)(?: \(dev\))? at )(?P<path>[^\s:]+):(?P<place>\d+)"
+)
 
 
 def openable(line: str, build_dir: Path, source_dir: Path) -> str:
@@ -149,7 +151,7 @@ def openable(line: str, build_dir: Path, source_dir: Path) -> str:
     cwd = Path.cwd().resolve()
     at_root = cwd == (find_project_root(source_dir) or Path(source_dir).resolve())
     shown = path.relative_to(cwd) if at_root and cwd in path.parents else path
-    return line[: match.start("path")] + str(shown) + line[match.end("path"):]
+    return line[: match.start("path")] + str(shown) + line[match.end("path") :]
 
 
 def first_error_line(log: str) -> str | None:
@@ -223,11 +225,21 @@ def cmake_build(
     build_dir.mkdir(parents=True, exist_ok=True)
     install_dir = install_dir or build_dir / "install"
     log_path = build_dir / LOG_NAME
-    configure = configure_command(source_dir, build_dir, triton_sources=triton_sources, gpu=gpu,
-                                  build_type=build_type, install_prefix=install_dir, extra_defines=extra_defines)
+    configure = configure_command(
+        source_dir,
+        build_dir,
+        triton_sources=triton_sources,
+        gpu=gpu,
+        build_type=build_type,
+        install_prefix=install_dir,
+        extra_defines=extra_defines,
+    )
     configured = needs_configure(build_dir, configure)
     steps = [("configure", configure)] if configured else []
-    steps += [("build", build_command(build_dir, jobs=jobs)), ("install", install_command(build_dir, install_dir))]
+    steps += [
+        ("build", build_command(build_dir, jobs=jobs)),
+        ("install", install_command(build_dir, install_dir)),
+    ]
     work_done = configured
     (build_dir / CONFIGURE_STAMP).unlink(missing_ok=True)
     # ccache rewrites paths under the project to relative ones, so copies of a project (CI checkouts, rendered
@@ -251,12 +263,20 @@ def cmake_build(
     return CMakeRun(install_dir=install_dir, log_file=log_path, configured=configured, work_done=work_done)
 
 
-def _run_logged(command: list[str], log, progress: Callable[[int, int, str], None] | None,
-                env: Mapping[str, str]) -> tuple[int, bool]:
+def _run_logged(
+    command: list[str], log, progress: Callable[[int, int, str], None] | None, env: Mapping[str, str]
+) -> tuple[int, bool]:
     """Run ``command`` with its output appended to ``log``; returns (exit status, whether it made progress lines)."""
     try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace", stdin=subprocess.DEVNULL, env=dict(env))
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+        )
     except FileNotFoundError as err:
         raise BuildError(
             f"cannot run {command[0]}: {err.strerror}",
@@ -283,4 +303,6 @@ def run_cmake_build(
     build_type: str = "Release",
 ) -> Path:
     """Configure, build and install ``source_dir``; returns the install directory ``build_dir/install``."""
-    return cmake_build(source_dir, build_dir, triton_sources=triton_sources, gpu=gpu, build_type=build_type).install_dir
+    return cmake_build(
+        source_dir, build_dir, triton_sources=triton_sources, gpu=gpu, build_type=build_type
+    ).install_dir

@@ -18,14 +18,32 @@ from triton_backend_gen.toolchain.build import BuildResult, Progress, build_kind
 from triton_backend_gen.toolchain.symbols import check_library
 
 
-def build_and_check(project: Project, *, server: Path | None = None, gpu: bool | None = None,
-                    build_type: str = "Release", jobs: int | None = None, clean: bool = False,
-                    progress: Progress | None = None, sanitize: tuple[str, ...] = (), docker: bool = False,
-                    image: str | None = None) -> BuildResult:
+def build_and_check(
+    project: Project,
+    *,
+    server: Path | None = None,
+    gpu: bool | None = None,
+    build_type: str = "Release",
+    jobs: int | None = None,
+    clean: bool = False,
+    progress: Progress | None = None,
+    sanitize: tuple[str, ...] = (),
+    docker: bool = False,
+    image: str | None = None,
+) -> BuildResult:
     """Build ``project``; a local C++ build's library is then checked against ``server`` (or the server tbgen
     finds), its findings in the result."""
-    result = build_project(project, gpu=gpu, build_type=build_type, jobs=jobs, clean=clean, progress=progress,
-                           sanitize=sanitize, docker=docker, image=image)
+    result = build_project(
+        project,
+        gpu=gpu,
+        build_type=build_type,
+        jobs=jobs,
+        clean=clean,
+        progress=progress,
+        sanitize=sanitize,
+        docker=docker,
+        image=image,
+    )
     if build_kind(project) != "cpp" or docker or result.artifact is None:
         return result
     install, notes = server_for_check(server)
@@ -33,8 +51,14 @@ def build_and_check(project: Project, *, server: Path | None = None, gpu: bool |
     return dataclasses.replace(result, findings=findings)
 
 
-def ensure_built(project: Project, server: Path | None, sanitize: tuple[str, ...] = (), *, docker: bool = False,
-                 image: str | None = None) -> None:
+def ensure_built(
+    project: Project,
+    server: Path | None,
+    sanitize: tuple[str, ...] = (),
+    *,
+    docker: bool = False,
+    image: str | None = None,
+) -> None:
     """Bring the project's build up to date before a run (a no-op check, about a second, when it is).
 
     C++ projects are always built (they cannot run otherwise). A python project's native extension is rebuilt
@@ -47,8 +71,10 @@ def ensure_built(project: Project, server: Path | None, sanitize: tuple[str, ...
     result = build_and_check(project, server=server, sanitize=sanitize, docker=docker, image=image)
     errors = [f.message for f in result.errors]
     if errors:
-        raise BuildError("The built library would not load: " + "; ".join(errors),
-                         f"Run `tbgen check {project.root}` for the details.")
+        raise BuildError(
+            "The built library would not load: " + "; ".join(errors),
+            f"Run `tbgen check {project.root}` for the details.",
+        )
 
 
 def server_for_check(explicit: Path | None) -> tuple[ServerInstall | None, list[Finding]]:
@@ -59,5 +85,10 @@ def server_for_check(explicit: Path | None) -> tuple[ServerInstall | None, list[
     try:
         return find_tritonserver(), []
     except ServerError:
-        return None, [Finding(NOTE, "no tritonserver found: the library's imports were not checked "
-                                      "against a server (pass --server PATH)")]
+        return None, [
+            Finding(
+                NOTE,
+                "no tritonserver found: the library's imports were not checked "
+                "against a server (pass --server PATH)",
+            )
+        ]

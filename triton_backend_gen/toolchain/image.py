@@ -78,7 +78,10 @@ def ignored(relative: Path, patterns: list[str]) -> bool:
             return True
         if "/" not in pattern and any(fnmatch.fnmatchcase(part, pattern) for part in relative.parts):
             return True
-        if any(fnmatch.fnmatchcase(Path(*relative.parts[:n]).as_posix(), pattern) for n in range(1, len(relative.parts))):
+        if any(
+            fnmatch.fnmatchcase(Path(*relative.parts[:n]).as_posix(), pattern)
+            for n in range(1, len(relative.parts))
+        ):
             return True
     return False
 
@@ -134,28 +137,46 @@ def build_context(project: Project, staging: Path | None = None) -> tuple[IO[byt
     return buffer, bool(vendored)
 
 
-def stage_host_build(project: Project, client: Any, image: str,
-                     progress: Callable[[str], None]) -> tuple[Path, dict[str, str]]:
+def stage_host_build(
+    project: Project, client: Any, image: str, progress: Callable[[str], None]
+) -> tuple[Path, dict[str, str]]:
     """Build the backend on this machine (`tbgen build`, checked against a local server) and stage it with the
     shared objects ``image`` lacks; the staging directory and what was carried (soname -> host path)."""
-    progress(f"building {project.library.name} on this machine (its libraries' headers are here): `tbgen build`")
+    progress(
+        f"building {project.library.name} on this machine (its libraries' headers are here): `tbgen build`"
+    )
     ensure_built(project, None)
     progress(f"resolving its libraries in {image} (ldd in a container)")
     staging = project.runtime_dir / STAGING_NAME
-    carried = stage_backend(client, image, project.installed_backend_dir, project.backend, project.library.name,
-                            staging, project.root, project.runtime_dir / STAGING_LOG)
+    carried = stage_backend(
+        client,
+        image,
+        project.installed_backend_dir,
+        project.backend,
+        project.library.name,
+        staging,
+        project.root,
+        project.runtime_dir / STAGING_LOG,
+    )
     for name, source in carried.items():
         progress(f"carrying {name} ({source}) beside the backend")
     return staging, carried
 
 
-def build_image(project: Project, *, tag: str | None = None, base_image: str | None = None,
-                progress: Callable[[str], None] = lambda line: None) -> PackageResult:
+def build_image(
+    project: Project,
+    *,
+    tag: str | None = None,
+    base_image: str | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> PackageResult:
     """Build the project's Dockerfile into the image ``tag`` (default: ``<project>:latest``); a C++ project with
     third-party libraries is built on this machine first (see the module)."""
     if not (project.root / DOCKERFILE).is_file():
-        raise ServerError(f"{project.root / DOCKERFILE} does not exist.",
-                          "Restore it from version control (git checkout -- Dockerfile); a project generated before the Dockerfile was generated gets one from `tbgen update`.")
+        raise ServerError(
+            f"{project.root / DOCKERFILE} does not exist.",
+            "Restore it from version control (git checkout -- Dockerfile); a project generated before the Dockerfile was generated gets one from `tbgen update`.",
+        )
     tag = tag or default_tag(project)
     client = connect()
     if base_image:
@@ -172,7 +193,12 @@ def build_image(project: Project, *, tag: str | None = None, base_image: str | N
     image_id, errors = "", []
     with context, log_file.open("w") as log:
         stream = client.api.build(
-            fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, decode=True,
+            fileobj=context,
+            custom_context=True,
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            decode=True,
             buildargs={"BASE_IMAGE": base_image} if base_image else None,
             labels={LABEL: "1", PROJECT_LABEL: str(project.root)},
         )
@@ -190,10 +216,13 @@ def build_image(project: Project, *, tag: str | None = None, base_image: str | N
     if errors:
         hint = f"Full log: {log_file}"
         if not base_image:
-            hint += (f". The base image must be on the engine (docker pull {default_image(project.release)}) or "
-                     "given with --base-image.")
+            hint += (
+                f". The base image must be on the engine (docker pull {default_image(project.release)}) or "
+                "given with --base-image."
+            )
         raise ServerError(f"docker build of {project.root} failed: {errors[-1]}", hint)
     if not image_id:
         image_id = client.images.get(tag).id
-    return PackageResult(tag, image_id, log_file, offline, prebuilt=staging is not None, carried=tuple(carried))
-
+    return PackageResult(
+        tag, image_id, log_file, offline, prebuilt=staging is not None, carried=tuple(carried)
+    )

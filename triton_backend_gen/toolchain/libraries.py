@@ -71,8 +71,11 @@ def library_files(root: Path) -> list[Path]:
 
 def validate_library_name(name: str) -> str:
     if not _NAME.match(name):
-        raise UsageError(f"'{name}' cannot name a library file: use a letter, then letters, digits, '_', '-' or '+' "
-                         "(at most 64).", "For example: `tbgen add library jsoncpp --pkg-config jsoncpp`")
+        raise UsageError(
+            f"'{name}' cannot name a library file: use a letter, then letters, digits, '_', '-' or '+' "
+            "(at most 64).",
+            "For example: `tbgen add library jsoncpp --pkg-config jsoncpp`",
+        )
     return name
 
 
@@ -86,9 +89,17 @@ def split_components(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(part for value in values for part in re.split(r"[,\s]+", value) if part))
 
 
-def library_spec(name: str, *, find_package: str | None = None, components: Iterable[str] = (),
-                 target: str | None = None, pkg_config: str | None = None, path: Path | None = None,
-                 include_listing: Iterable[str] = (), lib_listing: Iterable[str] = ()) -> LibrarySpec:
+def library_spec(
+    name: str,
+    *,
+    find_package: str | None = None,
+    components: Iterable[str] = (),
+    target: str | None = None,
+    pkg_config: str | None = None,
+    path: Path | None = None,
+    include_listing: Iterable[str] = (),
+    lib_listing: Iterable[str] = (),
+) -> LibrarySpec:
     """The spec of `tbgen add library NAME ...`; UsageError for a bad name, no source or two of them, or options
     that do not go with the source. ``include_listing``/``lib_listing``: the names in <path>/include and
     <path>/lib (for --path)."""
@@ -96,34 +107,48 @@ def library_spec(name: str, *, find_package: str | None = None, components: Iter
     _check_one_source(name, find_package=find_package, pkg_config=pkg_config, path=path)
     components = split_components(components)
     if (components or target) and not find_package:
-        raise UsageError("--components and --target go with --find-package.",
-                         f"For example `tbgen add library {name} --find-package {name} --components core "
-                         f"--target {name}::core`")
+        raise UsageError(
+            "--components and --target go with --find-package.",
+            f"For example `tbgen add library {name} --find-package {name} --components core "
+            f"--target {name}::core`",
+        )
     if find_package:
         return _find_package_spec(name, find_package, components, target)
     if pkg_config:
         _check_package(pkg_config, "--pkg-config")
         return LibrarySpec(name, PKG_CONFIG, package=pkg_config)
     assert path is not None
-    return LibrarySpec(name, PATH, prefix=path, library=prefix_library(name, path, lib_listing),
-                       header=prefix_header(name, path, include_listing))
+    return LibrarySpec(
+        name,
+        PATH,
+        prefix=path,
+        library=prefix_library(name, path, lib_listing),
+        header=prefix_header(name, path, include_listing),
+    )
 
 
-def _check_one_source(name: str, *, find_package: str | None, pkg_config: str | None,
-                      path: Path | None) -> None:
+def _check_one_source(
+    name: str, *, find_package: str | None, pkg_config: str | None, path: Path | None
+) -> None:
     """UsageError unless exactly one of --find-package, --pkg-config and --path is given."""
-    given = [flag for flag, value in (("--find-package", find_package), ("--pkg-config", pkg_config),
-                                      ("--path", path)) if value]
-    example = (f"For example `tbgen add library {name} --find-package {name}`, or --pkg-config with its "
-               "pkg-config module, or --path with the prefix that holds its include/ and lib/")
+    given = [
+        flag
+        for flag, value in (("--find-package", find_package), ("--pkg-config", pkg_config), ("--path", path))
+        if value
+    ]
+    example = (
+        f"For example `tbgen add library {name} --find-package {name}`, or --pkg-config with its "
+        "pkg-config module, or --path with the prefix that holds its include/ and lib/"
+    )
     if not given:
         raise UsageError(f"Say where {name} comes from: --find-package, --pkg-config or --path.", example)
     if len(given) > 1:
         raise UsageError(f"{' and '.join(given)} are two sources for {name}; give one.", example)
 
 
-def _find_package_spec(name: str, package: str, components: tuple[str, ...],
-                       target: str | None) -> LibrarySpec:
+def _find_package_spec(
+    name: str, package: str, components: tuple[str, ...], target: str | None
+) -> LibrarySpec:
     """The spec of a --find-package library; its target defaults to <package>::<package>."""
     _check_package(package, "--find-package")
     target = target or default_target(package)
@@ -147,8 +172,10 @@ def prefix_library(name: str, prefix: Path, listing: Iterable[str]) -> str:
     if len(libraries) == 1:
         return libraries[0]
     found = ", ".join(f"lib{library}" for library in libraries) or "no lib*.so or lib*.a"
-    raise UsageError(f"{prefix / 'lib'} has no lib{name}.so or lib{name}.a (it has: {found}).",
-                     f"Name the library after its file, e.g. `tbgen add library foo --path {prefix}` for {prefix}/lib/libfoo.so.")
+    raise UsageError(
+        f"{prefix / 'lib'} has no lib{name}.so or lib{name}.a (it has: {found}).",
+        f"Name the library after its file, e.g. `tbgen add library foo --path {prefix}` for {prefix}/lib/libfoo.so.",
+    )
 
 
 def prefix_header(name: str, prefix: Path, listing: Iterable[str]) -> str:
@@ -160,9 +187,12 @@ def prefix_header(name: str, prefix: Path, listing: Iterable[str]) -> str:
             return candidate
     headers = [entry for entry in entries if entry.endswith(_HEADER_SUFFIXES)] or entries
     if not headers:
-        raise UsageError(f"{prefix / 'include'} is empty: --path takes a prefix with the library's headers in "
-                         "include/ and the library in lib/.", "Install the library into DIR first (e.g. cmake "
-                         "--install build --prefix DIR), then run this again.")
+        raise UsageError(
+            f"{prefix / 'include'} is empty: --path takes a prefix with the library's headers in "
+            "include/ and the library in lib/.",
+            "Install the library into DIR first (e.g. cmake "
+            "--install build --prefix DIR), then run this again.",
+        )
     return headers[0]
 
 
@@ -170,9 +200,11 @@ def check_prefix(path: Path) -> None:
     """UsageError unless ``path`` is a directory with include/ and lib/."""
     missing = [sub for sub in ("include", "lib") if not (path / sub).is_dir()]
     if missing:
-        raise UsageError(f"--path {path} has no {' or '.join(f'{sub}/' for sub in missing)}: it takes a prefix with "
-                         "the library's headers in include/ and the library in lib/.",
-                         "Give the directory the library was installed into (e.g. /opt/mylib).")
+        raise UsageError(
+            f"--path {path} has no {' or '.join(f'{sub}/' for sub in missing)}: it takes a prefix with "
+            "the library's headers in include/ and the library in lib/.",
+            "Give the directory the library was installed into (e.g. /opt/mylib).",
+        )
 
 
 # --- the file's text -------------------------------------------------------------------------------------
@@ -189,7 +221,9 @@ def library_cmake(spec: LibrarySpec) -> str:
         "# backend ($ORIGIN).",
         "",
     ]
-    body = {FIND_PACKAGE: _find_package_body, PKG_CONFIG: _pkg_config_body, PATH: _path_body}[spec.source](spec)
+    body = {FIND_PACKAGE: _find_package_body, PKG_CONFIG: _pkg_config_body, PATH: _path_body}[spec.source](
+        spec
+    )
     return "\n".join(header + body) + "\n"
 
 

@@ -70,8 +70,14 @@ def dpkg_candidates(path: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def image_findings(library: str, image: str, in_image: Resolution, on_host: Resolution,
-                   graph: Mapping[str, Iterable[str]], packages: Mapping[str, str]) -> list[Finding]:
+def image_findings(
+    library: str,
+    image: str,
+    in_image: Resolution,
+    on_host: Resolution,
+    graph: Mapping[str, Iterable[str]],
+    packages: Mapping[str, str],
+) -> list[Finding]:
     """One error per library the image lacks, naming what needs it and the fix, and per symbol version it lacks.
 
     ``on_host``: the same library resolved on this machine (where the fix can come from); ``packages``: the Debian
@@ -82,22 +88,38 @@ def image_findings(library: str, image: str, in_image: Resolution, on_host: Reso
         if name in on_host.found:
             package = packages.get(name)
             also = f"; or install it in the image (apt-get install {package})" if package else ""
-            findings.append(Finding("error", f"{name}, which {needers}, is not in {image}: `tbgen package` "
-                                             f"carries it beside the backend ({on_host.found[name]} from this "
-                                             f"machine){also}"))
+            findings.append(
+                Finding(
+                    "error",
+                    f"{name}, which {needers}, is not in {image}: `tbgen package` "
+                    f"carries it beside the backend ({on_host.found[name]} from this "
+                    f"machine){also}",
+                )
+            )
         else:
-            findings.append(Finding("error", f"{name}, which {needers}, is not in {image}, nor found on this "
-                                             "machine: install it in the image (or here, and `tbgen package` "
-                                             "carries it)"))
+            findings.append(
+                Finding(
+                    "error",
+                    f"{name}, which {needers}, is not in {image}, nor found on this "
+                    "machine: install it in the image (or here, and `tbgen package` "
+                    "carries it)",
+                )
+            )
     for line in in_image.version_errors:
-        findings.append(Finding("error", f"in {image}: {line}: the backend or a library it links was built against "
-                                         "newer libraries than the image has; build in the image (`tbgen build "
-                                         "--docker`), or on a machine of the image's distribution"))
+        findings.append(
+            Finding(
+                "error",
+                f"in {image}: {line}: the backend or a library it links was built against "
+                "newer libraries than the image has; build in the image (`tbgen build "
+                "--docker`), or on a machine of the image's distribution",
+            )
+        )
     return findings
 
 
-def carry_round(missing: Iterable[str], on_host: Resolution,
-                carried: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+def carry_round(
+    missing: Iterable[str], on_host: Resolution, carried: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
     """One round of staging: the files to put beside the backend (soname -> host path) for the libraries the
     image still lacks, and those this machine cannot give (not found here, or carried already and still missing)."""
     new: dict[str, str] = {}
@@ -113,12 +135,15 @@ def carry_round(missing: Iterable[str], on_host: Resolution,
 def ldd_script(backend_dir: PurePosixPath, library: str) -> str:
     """The shell command of an ldd container: LD_LIBRARY_PATH as tritonserver has it in the image."""
     path = f"{IMAGE_LIBRARY_DIR}:{backend_dir}"
-    return (f'export LD_LIBRARY_PATH="{path}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; '
-            f"exec ldd {shlex.quote(str(backend_dir / library))}")
+    return (
+        f'export LD_LIBRARY_PATH="{path}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"; '
+        f"exec ldd {shlex.quote(str(backend_dir / library))}"
+    )
 
 
-def ldd_spec(image: str, backend_dir: Path, backend: str, library: str, labelled: Path, *,
-             user: str | None = None) -> dict[str, Any]:
+def ldd_spec(
+    image: str, backend_dir: Path, backend: str, library: str, labelled: Path, *, user: str | None = None
+) -> dict[str, Any]:
     """Keyword arguments of ``client.containers.create`` for ldd on the backend in ``image``: its directory
     mounted read-only at /opt/tritonserver/backends/<backend>, no network."""
     target = IMAGE_BACKENDS / backend
@@ -139,8 +164,9 @@ def resolve_on_host(library: Path, env: Mapping[str, str] | None = None) -> Reso
     return parse_ldd(_run(["ldd", str(library)], env=env).stdout)
 
 
-def resolve_in_image(client: Any, image: str, backend_dir: Path, backend: str, library: str, labelled: Path,
-                     log_file: Path) -> Resolution:
+def resolve_in_image(
+    client: Any, image: str, backend_dir: Path, backend: str, library: str, labelled: Path, log_file: Path
+) -> Resolution:
     """ldd of ``backend_dir/library`` in a container of ``image`` (removed afterwards); its output is in
     ``log_file``."""
     remove_containers(orphans(tbgen_containers(client)))
@@ -148,8 +174,10 @@ def resolve_in_image(client: Any, image: str, backend_dir: Path, backend: str, l
     output = log_file.read_text(errors="replace")
     resolution = parse_ldd(output)
     if status != 0 and not (resolution.found or resolution.missing or resolution.version_errors):
-        raise BuildError(f"ldd on {library} in {image} failed (exit status {status}): {output.strip()[-500:]}",
-                         f"The image needs ldd (libc-bin) and the /opt/tritonserver layout. Log: {log_file}")
+        raise BuildError(
+            f"ldd on {library} in {image} failed (exit status {status}): {output.strip()[-500:]}",
+            f"The image needs ldd (libc-bin) and the /opt/tritonserver layout. Log: {log_file}",
+        )
     return resolution
 
 
@@ -164,21 +192,34 @@ def apt_package(path: str) -> str | None:
     return None
 
 
-def check_in_image(client: Any, image: str, library: Path, backend: str, labelled: Path,
-                   log_file: Path) -> list[Finding]:
+def check_in_image(
+    client: Any, image: str, library: Path, backend: str, labelled: Path, log_file: Path
+) -> list[Finding]:
     """`tbgen check --docker`: every library ``library`` needs that ``image`` does not give, with its fix."""
     in_image = resolve_in_image(client, image, library.parent, backend, library.name, labelled, log_file)
     if not (in_image.missing or in_image.version_errors):
         return []
     on_host = resolve_on_host(library)
     graph = needed_graph(library, on_host.found)
-    packages = {name: package for name in in_image.missing if name in on_host.found
-                if (package := apt_package(on_host.found[name]))}
+    packages = {
+        name: package
+        for name in in_image.missing
+        if name in on_host.found
+        if (package := apt_package(on_host.found[name]))
+    }
     return image_findings(library.name, image, in_image, on_host, graph, packages)
 
 
-def stage_backend(client: Any, image: str, installed: Path, backend: str, library: str, staging: Path,
-                  labelled: Path, log_file: Path) -> dict[str, str]:
+def stage_backend(
+    client: Any,
+    image: str,
+    installed: Path,
+    backend: str,
+    library: str,
+    staging: Path,
+    labelled: Path,
+    log_file: Path,
+) -> dict[str, str]:
     """Copy the installed backend directory to ``staging`` and add the shared objects ``image`` lacks, resolved on
     this machine; the carried libraries (soname -> host path). BuildError when the image would still not load
     it (a library neither side has, or symbol versions the image's libraries lack)."""
@@ -189,28 +230,46 @@ def stage_backend(client: Any, image: str, installed: Path, backend: str, librar
     carried: dict[str, str] = {}
     for _ in range(MAX_CARRY_ROUNDS):
         in_image = resolve_in_image(client, image, staging, backend, library, labelled, log_file)
-        problems = image_findings(library, image, Resolution({}, (), in_image.version_errors), on_host, {}, {})
+        problems = image_findings(
+            library, image, Resolution({}, (), in_image.version_errors), on_host, {}, {}
+        )
         if problems:
-            raise BuildError(problems[0].message, "`tbgen package` carries what the image lacks, but cannot make "
-                                                  "the image's own libraries newer.")
+            raise BuildError(
+                problems[0].message,
+                "`tbgen package` carries what the image lacks, but cannot make "
+                "the image's own libraries newer.",
+            )
         if not in_image.missing:
             return carried
         new, unresolvable = carry_round(in_image.missing, on_host, carried)
         if unresolvable:
-            raise BuildError(f"{', '.join(unresolvable)}, which the backend needs, is neither in {image} nor found "
-                             f"on this machine, so it cannot be carried.",
-                             f"Install it on this machine (then run `tbgen package` again), or in the image. ldd in "
-                             f"the image: {log_file}")
+            raise BuildError(
+                f"{', '.join(unresolvable)}, which the backend needs, is neither in {image} nor found "
+                f"on this machine, so it cannot be carried.",
+                f"Install it on this machine (then run `tbgen package` again), or in the image. ldd in "
+                f"the image: {log_file}",
+            )
         for name, path in new.items():
             shutil.copy2(path, staging / name)  # the file itself under its soname (ldd's path may be a link)
         carried.update(new)
-    raise BuildError(f"Staging {library} for {image} did not settle after {MAX_CARRY_ROUNDS} rounds.",
-                     f"ldd in the image: {log_file}")
+    raise BuildError(
+        f"Staging {library} for {image} did not settle after {MAX_CARRY_ROUNDS} rounds.",
+        f"ldd in the image: {log_file}",
+    )
 
 
 def _run(command: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=120, check=False,
-                              env=dict(env) if env is not None else None)
+        return subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+            check=False,
+            env=dict(env) if env is not None else None,
+        )
     except OSError as err:
-        raise BuildError(f"cannot run {command[0]}: {err.strerror}", "Install libc-bin (ldd) and dpkg.") from err
+        raise BuildError(
+            f"cannot run {command[0]}: {err.strerror}", "Install libc-bin (ldd) and dpkg."
+        ) from err

@@ -50,8 +50,10 @@ def tool_dirs() -> dict[str, Path]:
     for name in TOOLS:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
-            raise UsageError(f"`tbgen env pack` needs {name.replace('_', '-')} in tbgen's Python, and it is missing.",
-                             f"{DEPLOY_EXTRA} (or pip install {name.replace('_', '-')}).")
+            raise UsageError(
+                f"`tbgen env pack` needs {name.replace('_', '-')} in tbgen's Python, and it is missing.",
+                f"{DEPLOY_EXTRA} (or pip install {name.replace('_', '-')}).",
+            )
         found[name] = Path(next(iter(spec.submodule_search_locations)))
     return found
 
@@ -67,13 +69,15 @@ def pack_script(python: str, requirements: Path, output: Path, work: Path, tools
     mentions_numpy = re.search(r"^\s*numpy\b", requirements.read_text(errors="replace"), re.MULTILINE)
     numpy = [] if mentions_numpy else [NUMPY]
     with_tools = f"PYTHONPATH={shlex.quote(str(tools))} {shlex.quote(str(env / 'bin' / 'python'))}"
-    return "\n".join([
-        "set -e",
-        f"{shlex.quote(python)} -m venv --without-pip {shlex.quote(str(env))}",
-        f"{with_tools} -m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location "
-        + shlex.join([*numpy, "-r", str(requirements)]),
-        f"{with_tools} -m venv_pack --prefix {shlex.quote(str(env))} --output {shlex.quote(str(output))} --force",
-    ])
+    return "\n".join(
+        [
+            "set -e",
+            f"{shlex.quote(python)} -m venv --without-pip {shlex.quote(str(env))}",
+            f"{with_tools} -m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location "
+            + shlex.join([*numpy, "-r", str(requirements)]),
+            f"{with_tools} -m venv_pack --prefix {shlex.quote(str(env))} --output {shlex.quote(str(output))} --force",
+        ]
+    )
 
 
 def pip_settings(lines: list[str]) -> tuple[dict[str, str], list[Path]]:
@@ -120,8 +124,9 @@ def pack_locally(requirements: Path, output: Path, log_file: Path) -> PackedEnv:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         with log_file.open("wb") as log:
-            status = subprocess.run(["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT, check=False,
-                                    env=clean).returncode
+            status = subprocess.run(
+                ["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT, check=False, env=clean
+            ).returncode
         _raise_on_failure(status, log_file, "on this machine")
     return read_packed_env(output)
 
@@ -139,20 +144,31 @@ def _beside(output: Path) -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def pack_in_image(requirements: Path, output: Path, image: str, log_file: Path, project_root: Path,
-                  on_line: Callable[[str], None] | None = None) -> PackedEnv:
+def pack_in_image(
+    requirements: Path,
+    output: Path,
+    image: str,
+    log_file: Path,
+    project_root: Path,
+    on_line: Callable[[str], None] | None = None,
+) -> PackedEnv:
     """Pack ``requirements`` inside ``image`` with its python3, so that the environment's base interpreter is the
     image's own; the container runs as the invoking user and is removed afterwards."""
     tools = tool_dirs()
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                            check=False).stdout.splitlines()
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
     variables, paths = pip_settings(listed)
     with _beside(output) as partial:
-        script = pack_script("python3", requirements, partial, Path(CONTAINER_HOME) / "tbgen-env", CONTAINER_TOOLS)
-        mounts = [Mount(requirements.parent, requirements.parent),
-                  Mount(partial.parent, partial.parent, read_only=False),
-                  *(Mount(directory, CONTAINER_TOOLS / name) for name, directory in tools.items()),
-                  *(Mount(path, path) for path in paths)]
+        script = pack_script(
+            "python3", requirements, partial, Path(CONTAINER_HOME) / "tbgen-env", CONTAINER_TOOLS
+        )
+        mounts = [
+            Mount(requirements.parent, requirements.parent),
+            Mount(partial.parent, partial.parent, read_only=False),
+            *(Mount(directory, CONTAINER_TOOLS / name) for name, directory in tools.items()),
+            *(Mount(path, path) for path in paths),
+        ]
         spec = script_spec(image, script, mounts, ROLE_BUILD, project_root, environment=variables)
         client = connect()
         ensure_image(client, image)
@@ -166,6 +182,8 @@ def _raise_on_failure(status: int, log_file: Path, where: str) -> None:
         return
     lines = log_file.read_text(errors="replace").strip().splitlines()
     errors = [line for line in lines if line.startswith("ERROR") or "Error" in line] or lines[-3:]
-    raise BuildError(f"Packing the environment {where} failed: {' '.join(errors[:3])}\nFull log: {log_file}",
-                     "Fix requirements.txt (a package or version that does not exist for this Python?), then run "
-                     "`tbgen env pack` again.")
+    raise BuildError(
+        f"Packing the environment {where} failed: {' '.join(errors[:3])}\nFull log: {log_file}",
+        "Fix requirements.txt (a package or version that does not exist for this Python?), then run "
+        "`tbgen env pack` again.",
+    )

@@ -224,14 +224,30 @@ def _clone(url: str, branch: str, destination: Path) -> None:
     command = ["git", "clone", "--quiet", "--depth", "1", "--branch", branch, url, str(destination)]
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     try:
-        result = subprocess.run(command, capture_output=True, text=True, errors="replace", env=env,
-                                stdin=subprocess.DEVNULL, timeout=_GIT_TIMEOUT, check=False)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=_GIT_TIMEOUT,
+            check=False,
+        )
     except FileNotFoundError as err:
-        raise SourcesError("git is not installed.", "Install it (`apt-get install git`) and fetch again.") from err
+        raise SourcesError(
+            "git is not installed.", "Install it (`apt-get install git`) and fetch again."
+        ) from err
     except subprocess.TimeoutExpired as err:
-        raise SourcesError(f"Cloning {url} took longer than {_GIT_TIMEOUT}s.", "Check the network and retry.") from err
+        raise SourcesError(
+            f"Cloning {url} took longer than {_GIT_TIMEOUT}s.", "Check the network and retry."
+        ) from err
     if result.returncode != 0:
-        detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit status {result.returncode}"
+        detail = (
+            result.stderr.strip().splitlines()[-1]
+            if result.stderr.strip()
+            else f"exit status {result.returncode}"
+        )
         raise SourcesError(
             f"Cannot clone {branch} of {url}: {detail}",
             f"Check that the repository has a branch {branch}, or point --organization (or "
@@ -264,8 +280,9 @@ def _revision_of(path: Path) -> str | None:
     if not path.is_dir():
         return None
     if (path / ".git").exists():
-        result = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=False)
+        result = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+        )
         if result.returncode == 0:
             return result.stdout.strip()
     return "archive" if (path / "CMakeLists.txt").is_file() else None

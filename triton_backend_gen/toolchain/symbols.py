@@ -101,7 +101,7 @@ def parse_ldd(output: str) -> Resolution:
 
 
 def needed_by(name: str, graph: Mapping[str, Iterable[str]], library: str) -> str:
-    """"libA.so needs" or "libA.so and libB.so need": what needs ``name``, as a phrase."""
+    """ "libA.so needs" or "libA.so and libB.so need": what needs ``name``, as a phrase."""
     needers = needers_of(name, graph, library)
     return f"{' and '.join(needers)} {'needs' if len(needers) == 1 else 'need'}"
 
@@ -135,10 +135,13 @@ def needed_libraries(library: Path) -> list[str]:
 def cuda_findings(library: Path, release: versions.Release) -> list[Finding]:
     """A warning for each CUDA runtime ``library`` links whose major version ``release``'s image does not ship."""
     return [
-        Finding("warning", f"{library.name} links CUDA {major}'s runtime (libcudart.so.{major}), but Triton "
-                           f"{release.container}'s image ships CUDA {release.cuda}: it will not load there. Build in "
-                           "the release's container (`tbgen build --docker`), or avoid the dependency (e.g. link "
-                           "cudart statically).")
+        Finding(
+            "warning",
+            f"{library.name} links CUDA {major}'s runtime (libcudart.so.{major}), but Triton "
+            f"{release.container}'s image ships CUDA {release.cuda}: it will not load there. Build in "
+            "the release's container (`tbgen build --docker`), or avoid the dependency (e.g. link "
+            "cudart statically).",
+        )
         for major in sorted(cuda_runtime_majors(needed_libraries(library)) - {release.cuda.split(".")[0]})
     ]
 
@@ -149,12 +152,18 @@ def export_findings(library: Path) -> list[Finding]:
     if not extra:
         return []
     shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
-    return [Finding("error", f"{library.name} exports symbols other than {EXPORT_PREFIX}*: {shown} "
-                             "(the version script should keep them local)")]
+    return [
+        Finding(
+            "error",
+            f"{library.name} exports symbols other than {EXPORT_PREFIX}*: {shown} "
+            "(the version script should keep them local)",
+        )
+    ]
 
 
-def check_library(library: Path, server: ServerInstall | None,
-                  release: versions.Release | None = None) -> list[Finding]:
+def check_library(
+    library: Path, server: ServerInstall | None, release: versions.Release | None = None
+) -> list[Finding]:
     """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with ``release``,
     also a CUDA runtime of another major version than the release's image ships."""
     findings = [*(cuda_findings(library, release) if release is not None else []), *export_findings(library)]
@@ -169,10 +178,15 @@ def _server_import_findings(library: Path, server: ServerInstall) -> list[Findin
     if server.libtritonserver is None:
         return [Finding("note", f"no libtritonserver beside {server.executable}: imports not checked")]
     server_defined = {name for _, name in dynamic_symbols(server.libtritonserver, defined=True)}
-    return [Finding("error", f"{library.name} needs {name}, which tritonserver {server.version} "
-                             f"({server.libtritonserver.name}) does not have: the headers are "
-                             "newer than the server; build for the server's release")
-            for name in missing_api_symbols(dynamic_symbols(library, defined=False), server_defined)]
+    return [
+        Finding(
+            "error",
+            f"{library.name} needs {name}, which tritonserver {server.version} "
+            f"({server.libtritonserver.name}) does not have: the headers are "
+            "newer than the server; build for the server's release",
+        )
+        for name in missing_api_symbols(dynamic_symbols(library, defined=False), server_defined)
+    ]
 
 
 def _resolve_libraries(library: Path, server: ServerInstall | None) -> Resolution:
@@ -189,8 +203,9 @@ def _resolve_libraries(library: Path, server: ServerInstall | None) -> Resolutio
         return parse_ldd(_run(["ldd", str(library)], env=env).stdout)
 
 
-def _resolution_findings(library: Path, server: ServerInstall | None,
-                         resolution: Resolution) -> list[Finding]:
+def _resolution_findings(
+    library: Path, server: ServerInstall | None, resolution: Resolution
+) -> list[Finding]:
     """The problems ``ldd`` found: libraries missing (libtritonserver only noted when no server is at hand)
     and libraries older than those ``library`` was built against."""
     findings = []
@@ -199,19 +214,27 @@ def _resolution_findings(library: Path, server: ServerInstall | None,
     missing = [name for name in resolution.missing if not (name == SERVER_LIBRARY and server is None)]
     graph = needed_graph(library, resolution.found) if missing else {}
     findings += missing_library_findings(missing, library.name, graph)
-    findings += [Finding("error", f"{line}: a library {library.name} links is older here than the one it was "
-                                  "built against") for line in resolution.version_errors]
+    findings += [
+        Finding(
+            "error", f"{line}: a library {library.name} links is older here than the one it was built against"
+        )
+        for line in resolution.version_errors
+    ]
     return findings
 
 
-def missing_library_findings(missing: Iterable[str], library: str,
-                             graph: Mapping[str, Iterable[str]]) -> list[Finding]:
+def missing_library_findings(
+    missing: Iterable[str], library: str, graph: Mapping[str, Iterable[str]]
+) -> list[Finding]:
     """An error per library ``ldd`` cannot find on this machine, naming what needs it and the fix."""
     return [
-        Finding("error", f"ldd cannot find {name}, which {needed_by(name, graph, library)}: "
-                         "install it on this machine (the runtime package of the library), or, for a library "
-                         "installed under a prefix, link it with `tbgen add library` and --path naming the prefix (its "
-                         "lib/ then goes into the backend's RPATH)")
+        Finding(
+            "error",
+            f"ldd cannot find {name}, which {needed_by(name, graph, library)}: "
+            "install it on this machine (the runtime package of the library), or, for a library "
+            "installed under a prefix, link it with `tbgen add library` and --path naming the prefix (its "
+            "lib/ then goes into the backend's RPATH)",
+        )
         for name in missing
     ]
 
@@ -227,10 +250,13 @@ def needed_graph(library: Path, found: Mapping[str, str]) -> dict[str, list[str]
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     try:
-        result = subprocess.run(command, capture_output=True, text=True, errors="replace", env=env, timeout=120,
-                                check=False)
+        result = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", env=env, timeout=120, check=False
+        )
     except OSError as err:
-        raise BuildError(f"cannot run {command[0]}: {err.strerror}", "Install binutils (nm) and libc-bin (ldd).") from err
+        raise BuildError(
+            f"cannot run {command[0]}: {err.strerror}", "Install binutils (nm) and libc-bin (ldd)."
+        ) from err
     if result.returncode != 0 and command[0] == "nm":
         raise BuildError(f"`{' '.join(command)}` failed: {result.stderr.strip()}")
     return result

@@ -36,7 +36,9 @@ def check_ensemble(ctx: CheckContext) -> None:
         return
     steps = list(c.ensemble_scheduling.step)
     if not steps:
-        ctx.error(ctx.line_of("ensemble_scheduling"), "ensemble_scheduling has no step; add at least one step")
+        ctx.error(
+            ctx.line_of("ensemble_scheduling"), "ensemble_scheduling has no step; add at least one step"
+        )
         return
     _check_data_flow(ctx, steps)
     _check_cycles(ctx, steps)
@@ -108,8 +110,9 @@ def _note_producers(ctx: CheckContext, i: int, step: Any, produced: dict[str, in
         produced.setdefault(tensor, i)
 
 
-def _check_ensemble_io(ctx: CheckContext, inputs: list[str], outputs: list[str], produced: dict[str, int],
-                       consumed: set[str]) -> None:
+def _check_ensemble_io(
+    ctx: CheckContext, inputs: list[str], outputs: list[str], produced: dict[str, int], consumed: set[str]
+) -> None:
     """Each ensemble input is read by a step and written by none; each ensemble output is written by one."""
     for index, name in enumerate(inputs):
         if name not in consumed:
@@ -143,7 +146,9 @@ def _check_step_reads(ctx: CheckContext, steps: list[Any], available: set[str]) 
                 )
 
 
-def _check_unused_tensors(ctx: CheckContext, steps: list[Any], produced: dict[str, int], used: set[str]) -> None:
+def _check_unused_tensors(
+    ctx: CheckContext, steps: list[Any], produced: dict[str, int], used: set[str]
+) -> None:
     """Every tensor a step writes is read by a step or is an ensemble output (both in ``used``)."""
     for tensor, i in produced.items():
         if tensor not in used:
@@ -187,7 +192,9 @@ class _TensorTypes:
         # ensemble tensor -> (data type, dims, dims with the batch dimension, where it was declared)
         self.declared: dict[str, tuple[int, list[int], list[int], str]] = {}
 
-    def note(self, tensor: str, dtype: int, dims: list[int], batching: bool, source: str, line: int | None) -> None:
+    def note(
+        self, tensor: str, dtype: int, dims: list[int], batching: bool, source: str, line: int | None
+    ) -> None:
         full = ([-1] if batching else []) + dims
         if tensor not in self.declared:
             self.declared[tensor] = (dtype, dims, full, source)
@@ -260,7 +267,10 @@ def _compare_step(ctx: CheckContext, i: int, step: Any, model: Any, types: _Tens
         )
     batching = model.max_batch_size > 0
     source = f'model "{name}"'
-    for map_name, tensors, kind in (("input_map", model.input, "input"), ("output_map", model.output, "output")):
+    for map_name, tensors, kind in (
+        ("input_map", model.input, "input"),
+        ("output_map", model.output, "output"),
+    ):
         by_name = {t.name: t for t in tensors}
         for key, tensor in getattr(step, map_name).items():
             line = _entry_line(ctx, i, map_name, key)

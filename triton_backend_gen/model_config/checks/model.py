@@ -36,7 +36,12 @@ def check_identity(ctx: CheckContext) -> None:
 def _check_platform(ctx: CheckContext) -> None:
     """A platform Triton knows, and (next to a known backend) the one that belongs to it."""
     c = ctx.config
-    if c.platform and c.platform not in PLATFORM_BACKENDS and c.platform != ENSEMBLE_PLATFORM and not c.backend:
+    if (
+        c.platform
+        and c.platform not in PLATFORM_BACKENDS
+        and c.platform != ENSEMBLE_PLATFORM
+        and not c.backend
+    ):
         ctx.error(
             ctx.line_of("platform"),
             f'platform "{c.platform}" is not one Triton knows; use backend: "<name>" for a custom backend '

@@ -231,12 +231,18 @@ def _uses_gpus(group: Any) -> bool:
 def _check_gpu_expected(ctx: CheckContext, asks: str, where: int | None) -> None:
     """An instance group that uses GPUs (``asks`` says how) needs a GPU build, and a GPU here to be tested."""
     if ctx.expect.gpu is False:
-        ctx.error(where, f"{asks} but the project is built without GPU support (gpu = false in tbgen.toml); "
-                  "use kind: KIND_CPU, or render the project again with --gpu")
+        ctx.error(
+            where,
+            f"{asks} but the project is built without GPU support (gpu = false in tbgen.toml); "
+            "use kind: KIND_CPU, or render the project again with --gpu",
+        )
     elif ctx.expect.gpus_visible is False:
-        ctx.warn(where, f"{asks} but this machine shows no GPU: a server here refuses to load the model "
-                 '("no GPUs are available"); to test here use kind: KIND_CPU (a --gpu build serves CPU '
-                 "instances too)")
+        ctx.warn(
+            where,
+            f"{asks} but this machine shows no GPU: a server here refuses to load the model "
+            '("no GPUs are available"); to test here use kind: KIND_CPU (a --gpu build serves CPU '
+            "instances too)",
+        )
 
 
 def check_transaction_policy(ctx: CheckContext) -> None:

@@ -83,8 +83,9 @@ def _check_dims(ctx: CheckContext, label: str, dims: list[int], line: int | None
         )
 
 
-def _check_layout_flags(ctx: CheckContext, kind: str, label: str, tensor: Any, rank: int,
-                        line: Callable[[str], int | None]) -> None:
+def _check_layout_flags(
+    ctx: CheckContext, kind: str, label: str, tensor: Any, rank: int, line: Callable[[str], int | None]
+) -> None:
     """An image format needs 3 dims; the shape-tensor and non-linear-format flags need TensorRT."""
     if kind == "input" and tensor.format in (1, 2) and rank != 3:  # FORMAT_NHWC, FORMAT_NCHW
         fmt = "FORMAT_NHWC" if tensor.format == 1 else "FORMAT_NCHW"
@@ -94,7 +95,9 @@ def _check_layout_flags(ctx: CheckContext, kind: str, label: str, tensor: Any, r
             ctx.error(line(flag), f"{label} sets {flag}, which only TensorRT models support; remove it")
 
 
-def _check_reshape(ctx: CheckContext, label: str, dims: list[int], shape: list[int], line: int | None) -> None:
+def _check_reshape(
+    ctx: CheckContext, label: str, dims: list[int], shape: list[int], line: int | None
+) -> None:
     """``reshape`` must be valid and hold the elements of ``dims`` in the same runs between variable dims."""
     if not _check_reshape_shape(ctx, label, shape, line):
         return
@@ -119,8 +122,9 @@ def _check_reshape_shape(ctx: CheckContext, label: str, shape: list[int], line: 
     return True
 
 
-def _check_reshape_elements(ctx: CheckContext, label: str, dims: list[int], shape: list[int],
-                            line: int | None) -> None:
+def _check_reshape_elements(
+    ctx: CheckContext, label: str, dims: list[int], shape: list[int], line: int | None
+) -> None:
     """Valid ``dims`` and ``shape`` must hold as many elements, in the same runs between variable dims."""
     dims_count, shape_count = _element_count(dims), (_element_count(shape) if shape else 0)
     if dims_count != shape_count and not (shape_count == 0 and dims_count == 1):
@@ -179,13 +183,17 @@ def check_batch_io(ctx: CheckContext) -> None:
         seen: set[str] = set()
         for target in batch_output.target_name:
             if target not in outputs:
-                ctx.error(line, f'batch_output {index} names target_name "{target}", which is not a model output')
+                ctx.error(
+                    line, f'batch_output {index} names target_name "{target}", which is not a model output'
+                )
             if target in seen:
                 ctx.error(line, f'batch_output {index} lists target_name "{target}" twice')
             seen.add(target)
 
 
-def _check_source_input(ctx: CheckContext, label: str, sources: Any, inputs: set[str], line: int | None) -> None:
+def _check_source_input(
+    ctx: CheckContext, label: str, sources: Any, inputs: set[str], line: int | None
+) -> None:
     """A batch input or output takes its shape from exactly one model input."""
     if len(sources) != 1:
         ctx.error(line, f"{label} needs exactly 1 source_input, it has {len(sources)}")
@@ -220,7 +228,9 @@ def _check_ensemble_warmup(ctx: CheckContext) -> None:
         )
 
 
-def _check_warmup_sample(ctx: CheckContext, index: int, warmup: Any, inputs: set[str], required: list[str]) -> None:
+def _check_warmup_sample(
+    ctx: CheckContext, index: int, warmup: Any, inputs: set[str], required: list[str]
+) -> None:
     """Warmup sample ``index``: its batch size, the required inputs it feeds, and each input it feeds."""
     node = ctx.tree.nth("model_warmup", index)
     line = node.line if node else None
@@ -239,8 +249,9 @@ def _check_warmup_sample(ctx: CheckContext, index: int, warmup: Any, inputs: set
         _check_warmup_input(ctx, label, name, sample, inputs, entry.line if entry else line)
 
 
-def _check_warmup_required(ctx: CheckContext, label: str, warmup: Any, required: list[str],
-                           line: int | None) -> None:
+def _check_warmup_required(
+    ctx: CheckContext, label: str, warmup: Any, required: list[str], line: int | None
+) -> None:
     """A warmup sample feeds every required input."""
     missing = [name for name in required if name not in warmup.inputs]
     if missing:
@@ -253,8 +264,9 @@ def _check_warmup_required(ctx: CheckContext, label: str, warmup: Any, required:
         )
 
 
-def _check_warmup_input(ctx: CheckContext, label: str, name: str, sample: Any, inputs: set[str],
-                        at: int | None) -> None:
+def _check_warmup_input(
+    ctx: CheckContext, label: str, name: str, sample: Any, inputs: set[str], at: int | None
+) -> None:
     """One input of a warmup sample: a declared input, with concrete dims and some data."""
     if inputs and name not in inputs:
         ctx.warn(

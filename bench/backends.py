@@ -9,18 +9,18 @@ usual, but concurrency 1 only and each model measured once (A B instead of A B B
 --work-dir keeps the projects, builds and server logs there (default: a temporary directory, removed at the
 end).
 
-The baseline of the C++ parts is the floor, bench/floor_backend.cc: a backend that reads its signature from the
-model configuration and, per request, reads every input byte in place and writes every output in its configured
-shape (BYTES as one short string per element), and nothing else: the floor of Triton's per-request cost for a
-backend with that signature.
+The baseline of the C++ parts is the floor, bench/floor_backend.cc: a backend that reads its signature from
+the model configuration and, per request, reads every input byte in place and writes every output in its
+configured shape (BYTES as one short string per element), and nothing else: the floor of Triton's per-request
+cost for a backend with that signature.
 
 1. cpp-backend's generated add/sub against the floor, FP32 [16] and [65536], concurrency 1 and 8, dynamic
    batching with a 100 us queue delay on both; with --reference-backend, also against that backend (Triton's
    `recommended` example, say, which you build from Triton's backend repository);
-2. cpp-backend generated for other signatures (`signatures`) against the floor, in one server, max_batch_size 8
-   and dynamic batching 100 us, concurrency 1 and 8: a mixed signature (TEXT BYTES [1], IMG FP16 [3,224,224],
-   K INT32 [1] -> SCORES FP32 [1000], LABEL BYTES [1]) and BYTES only (TEXT BYTES [N] -> OUT BYTES [N], strings
-   of 8-32 bytes) at N = 1 and N = 65536;
+2. cpp-backend generated for other signatures (`signatures`) against the floor, in one server, max_batch_size
+   8 and dynamic batching 100 us, concurrency 1 and 8: a mixed signature (TEXT BYTES [1], IMG FP16
+   [3,224,224], K INT32 [1] -> SCORES FP32 [1000], LABEL BYTES [1]) and BYTES only (TEXT BYTES [N] -> OUT
+   BYTES [N], strings of 8-32 bytes) at N = 1 and N = 65536;
 3. python-backend's generated model.py against a per-request loop (the usual hand-written model.py) computing
    the same, concurrency 1, 8 and 32, with dynamic batching on and off;
 4. decoupled-backend (C++): responses/s for 1 and 8 concurrent streams (16 responses per request, no delay);
@@ -28,30 +28,32 @@ backend with that signature.
    example TorchScript model.pt run as one forward() per dynamic batch) against the same model.pt served by a
    python-backend model that calls torch per request (TORCH_PER_REQUEST: what users write instead) and against
    the floor, FP32 [16] and [65536], concurrency 1 and 8, max_batch_size 8 and dynamic batching 100 us on all
-   three. The python stub runs under this Python; when it cannot import torch itself, the site directory of the
-   first Python that can (tbgen's own discovery, as `tbgen new` uses to export model.pt: Debian's python3-torch,
-   say) reaches the stub through the server's environment (TORCH_SITE_ENV, appended to the stub's sys.path),
-   provided the stub's Python imports torch from there; otherwise the python+torch baseline is skipped with the
-   reason, and without any Python with torch (no model.pt) or without libtorch (no build) the whole part is.
-   It ends with the issue's goals and whether they were met: faster than python+torch at every point, within
-   10% of the floor at [16] (where the model's compute is negligible).
+   three. The python stub runs under this Python; when it cannot import torch itself, the site directory of
+   the first Python that can (tbgen's own discovery, as `tbgen new` uses to export model.pt: Debian's
+   python3-torch, say) reaches the stub through the server's environment (TORCH_SITE_ENV, appended to the
+   stub's sys.path), provided the stub's Python imports torch from there; otherwise the python+torch baseline
+   is skipped with the reason, and without any Python with torch (no model.pt) or without libtorch (no build)
+   the whole part is. It ends with the issue's goals and whether they were met: faster than python+torch at
+   every point, within 10% of the floor at [16] (where the model's compute is negligible).
 6. composed models (`composed`): the ensemble of `tbgen new -t cpp-backend --pattern ensemble` (Python
    preprocess -> C++ add_sub -> Python postprocess, FP32 [16], max_batch_size 8, dynamic batching) against
    the sum of its steps, each measured alone in the same server (latency: the ensemble's p50 against the sum
    of the steps' p50; throughput: the ensemble's against the steps run back to back, 1 / sum(1 / step's));
    and the BLS routers (`--pattern bls`, Python and C++) against a request sent to their callee directly.
 
-7. sequence models (`sequence`): cpp-backend's accumulator with `--set sequence=direct`, `oldest` and direct with
-   `implicit_state`, against the stateless cpp-backend model of the same signature (INPUT FP32 [16] -> OUTPUT,
-   dynamic batching) and against the floor served with the same sequence batching (what the sequence batcher
-   itself costs), concurrency 1 and 8; perf_analyzer sends the sequence models sequences of 20 requests.
+7. sequence models (`sequence`): cpp-backend's accumulator with `--set sequence=direct`, `oldest` and direct
+   with `implicit_state`, against the stateless cpp-backend model of the same signature (INPUT FP32 [16] ->
+   OUTPUT, dynamic batching) and against the floor served with the same sequence batching (what the sequence
+   batcher itself costs), concurrency 1 and 8; perf_analyzer sends the sequence models sequences of 20
+   requests.
 
-Each pair runs in one server, in the order A B B A (three models: A B C C B A; figures averaged; a model that did
-not load stops the run with the server's log and its errors), one pair after the other in one server for all the
-pairs of a project (every model of the project is loaded either way; the python part restarts it to change
-batching), and each line prints the pair's throughput
+Each pair runs in one server, in the order A B B A (three models: A B C C B A; figures averaged; a model that
+did not load stops the run with the server's log and its errors), one pair after the other in one server for
+all the pairs of a project (every model of the project is loaded either way; the python part restarts it to
+change batching), and each line prints the pair's throughput
 ratio (generated / baseline): only ratios from one run mean much, since runs of the same model vary by
-up to 25% on a shared machine. Needs Triton's r24.10 sources in tbgen's cache (the C++ parts) and the embedded server.
+up to 25% on a shared machine. Needs Triton's r24.10 sources in tbgen's cache (the C++ parts) and the embedded
+server.
 """
 
 from __future__ import annotations
@@ -96,15 +98,16 @@ class TritonPythonModel:
 """
 
 
-# The python+torch baseline of the `frameworks` part: the TorchScript model loaded once, each request of a batch
-# run through it on its own (how a python-backend model for a torch model is usually written).
+# The python+torch baseline of the `frameworks` part: the TorchScript model loaded once, each request of a
+# batch run through it on its own (how a python-backend model for a torch model is usually written).
 TORCH_SITE_ENV = "TBGEN_BENCH_TORCH_SITE"
 TORCH_PER_REQUEST = f'''\
 import os
 import sys
 
 # The bench's plumbing, not the model's: where torch is when this Python lacks it (see bench/backends.py).
-sys.path.extend(p for p in os.environ.get("{TORCH_SITE_ENV}", "").split(os.pathsep) if p and p not in sys.path)
+sys.path.extend(p for p in os.environ.get("{TORCH_SITE_ENV}", "").split(os.pathsep) \
+if p and p not in sys.path)
 
 import torch
 import triton_python_backend_utils as pb_utils
@@ -112,7 +115,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.module = torch.jit.load(os.path.join(args["model_repository"], args["model_version"], "model.pt"))
+        self.module = torch.jit.load(os.path.join(args["model_repository"], args["model_version"], \
+"model.pt"))
         self.module.eval()
 
     def execute(self, requests):
@@ -293,19 +297,22 @@ def averaged(reports: list) -> object:
 def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:
     print(f"\n{title}  ({generated.tool}, {generated.protocol})")
     print(
-        f"  {'conc':>4}  {names[0]:>14}  {names[1]:>14}  {'ratio':>6}  {'p50 us':>15}  {'client/server CPU':>22}"
+        f"  {'conc':>4}  {names[0]:>14}  {names[1]:>14}  {'ratio':>6}  {'p50 us':>15}  "
+        f"{'client/server CPU':>22}"
     )
     for mine, theirs in zip(generated.levels, baseline.levels, strict=True):
         ratio = mine.throughput / theirs.throughput if theirs.throughput else float("inf")
         print(
-            f"  {mine.concurrency:>4}  {mine.throughput:>12,.0f}/s  {theirs.throughput:>12,.0f}/s  {ratio:>5.2f}x"
-            f"  {mine.p50_us:>6,.0f} /{theirs.p50_us:>7,.0f}  {mine.client_cpu:>4.0%}/{mine.server_cpu:<4.0%} "
+            f"  {mine.concurrency:>4}  {mine.throughput:>12,.0f}/s  {theirs.throughput:>12,.0f}/s  "
+            f"{ratio:>5.2f}x  {mine.p50_us:>6,.0f} /{theirs.p50_us:>7,.0f}  "
+            f"{mine.client_cpu:>4.0%}/{mine.server_cpu:<4.0%} "
             f"{theirs.client_cpu:>4.0%}/{theirs.server_cpu:<4.0%}"
         )
 
 
 def built_model(project: Path) -> tuple[str, dict[str, bytes]]:
-    """Build cpp-backend ``project``: its first model's config.pbtxt as it is and {library file name: bytes}."""
+    """Build cpp-backend ``project``: its first model's config.pbtxt as it is and {library file name:
+    bytes}."""
     from triton_backend_gen.project import load_project
 
     build(project)
@@ -316,8 +323,9 @@ def built_model(project: Path) -> tuple[str, dict[str, bytes]]:
 
 
 def generated_model(project: Path) -> tuple[str, dict[str, bytes]]:
-    """Build cpp-backend ``project``: its first model's config.pbtxt (max_batch_size 8, dynamic batching 100 us)
-    and {library file name: bytes}, to serve the backend from any model's directory (as add_model does)."""
+    """Build cpp-backend ``project``: its first model's config.pbtxt (max_batch_size 8, dynamic batching 100
+    us) and {library file name: bytes}, to serve the backend from any model's directory (as add_model
+    does)."""
     config, library = built_model(project)
     config = with_batching(config, dynamic=True)
     return re.sub(r"max_batch_size: \d+", "max_batch_size: 8", config), library
@@ -375,9 +383,9 @@ def strings(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     lengths = rng.integers(8, 33, count)
     letters = rng.integers(ord("a"), ord("z") + 1, int(lengths.sum()), dtype=np.uint8).tobytes()
     ends = np.cumsum(lengths)
-    return np.array([letters[end - n : end] for n, end in zip(lengths, ends)], dtype=np.object_).reshape(
-        shape
-    )
+    return np.array(
+        [letters[end - n : end] for n, end in zip(lengths, ends, strict=True)], dtype=np.object_
+    ).reshape(shape)
 
 
 def signature_inputs(model: str) -> dict[str, np.ndarray]:
@@ -392,8 +400,8 @@ def signature_inputs(model: str) -> dict[str, np.ndarray]:
 
 def signature_project(scratch: Path) -> Path:
     """A project serving, for each model of SIGNATURES, <model>_generated (cpp-backend generated for that
-    signature) and <model>_floor, max_batch_size 8 and dynamic batching 100 us; each library is loaded from its
-    model's directory."""
+    signature) and <model>_floor, max_batch_size 8 and dynamic batching 100 us; each library is loaded from
+    its model's directory."""
     from triton_backend_gen import signature
 
     floor = build_floor(scratch)
@@ -495,7 +503,8 @@ def composed(scratch: Path, args) -> None:
     reports = measure(project, [["ensemble", *steps]], [1, 8], args)
     ensemble = reports["ensemble"]
     print(
-        f"\nEnsemble preprocess (Python) -> add_sub (C++) -> postprocess (Python), FP32 [16]  ({ensemble.tool})"
+        "\nEnsemble preprocess (Python) -> add_sub (C++) -> postprocess (Python), FP32 [16]  "
+        f"({ensemble.tool})"
     )
     print(
         f"  {'conc':>4}  {'ensemble':>12}  {'steps in a row':>14}  {'ratio':>6}  {'ensemble p50':>12}  "
@@ -530,8 +539,8 @@ def composed(scratch: Path, args) -> None:
 
 
 def torch_site() -> tuple[str | None, str]:
-    """(a directory which, appended to sys.path, lets this Python import torch, "" when it imports torch itself;
-    None and why not). The directory is asked of the first Python with torch that tbgen finds
+    """(a directory which, appended to sys.path, lets this Python import torch, "" when it imports torch
+    itself; None and why not). The directory is asked of the first Python with torch that tbgen finds
     (scaffold.example_model.python_with, as `tbgen new` does), never assumed."""
     from triton_backend_gen.scaffold.example_model import python_with
 
@@ -643,7 +652,7 @@ def framework_pairs(scratch: Path, args) -> None:
                     )
                     ratios[size, name] = [
                         m.throughput / t.throughput if t.throughput else float("inf")
-                        for m, t in zip(reports[mine].levels, reports[baseline].levels)
+                        for m, t in zip(reports[mine].levels, reports[baseline].levels, strict=True)
                     ]
     finally:
         if before is None:
@@ -654,9 +663,10 @@ def framework_pairs(scratch: Path, args) -> None:
 
 
 def print_framework_goals(ratios: dict[tuple[str, str], list[float]]) -> None:
-    """The issue's goals for the libtorch backend, from {(size, baseline): ratios at concurrency 1 and 8}: faster
-    than python+torch at every point; within 10% of the floor where the model's compute is negligible ([16]; at
-    [65536] add/sub over 2 x 256 KiB per request is the model's own work, so that ratio is shown, not judged)."""
+    """The issue's goals for the libtorch backend, from {(size, baseline): ratios at concurrency 1 and 8}:
+    faster than python+torch at every point; within 10% of the floor where the model's compute is negligible
+    ([16]; at [65536] add/sub over 2 x 256 KiB per request is the model's own work, so that ratio is shown,
+    not judged)."""
 
     def verdict(values: list[float], bound: float) -> str:
         return f"{'met' if min(values) >= bound else 'NOT met'} (lowest {min(values):.2f}x)"
@@ -675,11 +685,11 @@ def print_framework_goals(ratios: dict[tuple[str, str], list[float]]) -> None:
 
 
 def sequence_pairs(scratch: Path, args) -> None:
-    """cpp-backend's sequence accumulator (FP32 [16], 8 slots: direct; 8 candidate sequences: oldest; and direct
-    with implicit state) against the stateless cpp-backend model of the same signature (INPUT -> OUTPUT, max_batch_size
-    8, dynamic batching 100 us), and against the floor under the same sequence batching (the backend's own cost),
-    concurrency 1 and 8. perf_analyzer sends each sequence model sequences of 20 requests, one sequence per
-    concurrent client."""
+    """cpp-backend's sequence accumulator (FP32 [16], 8 slots: direct; 8 candidate sequences: oldest; and
+    direct with implicit state) against the stateless cpp-backend model of the same signature (INPUT ->
+    OUTPUT, max_batch_size 8, dynamic batching 100 us), and against the floor under the same sequence batching
+    (the backend's own cost), concurrency 1 and 8. perf_analyzer sends each sequence model sequences of 20
+    requests, one sequence per concurrent client."""
     tensor = {"name": "INPUT", "datatype": "FP32", "dims": [16]}
     signature = {"inputs": [tensor], "outputs": [{**tensor, "name": "OUTPUT"}], "config": ""}
     project = new_project(scratch / "bench-seq", "cpp-backend", sequence="direct")
@@ -776,8 +786,8 @@ def main() -> None:
             f"Triton r{RELEASE} sources are not in {sources_dir()}: fill the cache first (tbgen deps fetch)."
         )
     print(
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()};"
-        " client and server share the CPUs"
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}; client and server share the CPUs"
         + ("; --quick: a smoke run, its figures mean nothing" if args.quick else "")
     )
     parts = {

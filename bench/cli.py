@@ -28,8 +28,8 @@ SLOW_MODULES = (
     "jsonschema",
 )
 PROBE = (
-    "import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
-    f"print('slow:', ','.join(m for m in {SLOW_MODULES!r} if m in sys.modules))\n"
+    "import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['--help'])\nexcept SystemExit:\n"
+    f"    pass\nprint('slow:', ','.join(m for m in {SLOW_MODULES!r} if m in sys.modules))\n"
 )
 
 

@@ -13,6 +13,13 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment: tbgen (in the worker, or a
+# tbgen a test starts) would wrap its output at 80 columns there and at 200 in one process. Every test sees
+# the environment of a plain run.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO_ROOT / "templates"
 # Set by .ci/run once it has filled the source cache: then the C++ tests must find their sources, not skip.
@@ -33,9 +40,9 @@ def triton_sources_or_skip(branch: str) -> Path:
     missing = missing_repositories(branch)
     if missing:
         reason = (
-            f"Triton sources for {branch} are not in {sources_dir() / branch} (missing: {', '.join(missing)}); "
-            f"fill the cache with `tbgen deps fetch --triton-version {branch}` (or `tbgen deps add --from DIR "
-            f"--triton-version {branch}`) to run this test"
+            f"Triton sources for {branch} are not in {sources_dir() / branch} (missing: "
+            f"{', '.join(missing)}); fill the cache with `tbgen deps fetch --triton-version {branch}` (or "
+            f"`tbgen deps add --from DIR --triton-version {branch}`) to run this test"
         )
         if os.environ.get(REQUIRE_SOURCES):  # CI filled the cache: a C++ test that finds nothing is a failure
             pytest.fail(f"{reason} (${REQUIRE_SOURCES} is set)")
@@ -59,6 +66,27 @@ def cmake_fits_or_skip(release) -> None:
         )
 
 
+# README's test command runs the suite in pytest-xdist workers (pyproject's addopts: -n auto --dist
+# loadgroup). Tests in one group run in one worker, one after the other: every test of the Docker engine (they
+# count the engine's tbgen containers, so two at once would see each other's), and the modules that mark
+# themselves with `pytest.mark.xdist_group` because their module-scoped server or build serves all their
+# tests.
+DOCKER_FIXTURES = {"docker_client", "standin_image"}
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the cores. The slow tests wait on servers, stubs and probes as much as
+    they compute (a slow subset on 2 cores: 217 s with 2 workers, 147 s with 3, 136 s with 4)."""
+    return (os.cpu_count() or 1) + 1
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups into the node IDs
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
 @pytest.fixture
 def render_template(tmp_path):
     """Render ``templates/<name>`` with the given answers into tmp_path; returns the project directory.
@@ -74,23 +102,27 @@ def render_template(tmp_path):
     return render
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def compiler_cache():
-    """ccache for every C++ build of the session, kept between runs beside the source cache, so Triton's own
-    libraries are compiled once rather than for every rendered variant (tbgen sets CCACHE_BASEDIR to the
-    project, so projects of the same name in different directories share entries)."""
+    """ccache for every C++ build of the session (autouse: every test's, a tbgen it starts inherits the
+    environment), kept between runs beside the source cache, so Triton's own libraries are compiled once
+    rather than for every rendered variant (tbgen sets CCACHE_BASEDIR to the project, so projects of the same
+    name in different directories share entries)."""
     if shutil.which("ccache") is None:
         yield None
         return
     with pytest.MonkeyPatch.context() as patch:
         if "CCACHE_DIR" not in os.environ:
             patch.setenv("CCACHE_DIR", str(source_cache_dir().parent / "ccache"))
+        # ccache hashes the working directory into every compile with -g (the sanitizer builds), so without
+        # this two projects in different temporary directories never share an entry.
+        patch.setenv("CCACHE_NOHASHDIR", "1")
         yield os.environ["CCACHE_DIR"]
 
 
 def build_native(project: Path) -> Path:
-    """Build a rendered python-backend's pybind11 extension for this Python with `tbgen build`'s stage function
-    (into <project>/build/native); returns its compile commands."""
+    """Build a rendered python-backend's pybind11 extension for this Python with `tbgen build`'s stage
+    function (into <project>/build/native); returns its compile commands."""
     from triton_backend_gen.project import load_project
     from triton_backend_gen.toolchain.build import build_project
 
@@ -112,7 +144,8 @@ def require_pybind11():
 
 
 def template_files(project: Path) -> set[str]:
-    """The files a template rendered into ``project``: all but tbgen's generation record (tests/update tests it)."""
+    """The files a template rendered into ``project``: all but tbgen's generation record (tests/update tests
+    it)."""
     return {
         str(path.relative_to(project))
         for path in project.rglob("*")
@@ -121,7 +154,8 @@ def template_files(project: Path) -> set[str]:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes (a git repository's .git aside), to compare a tree before/after."""
+    """Every file under ``root`` with its bytes (a git repository's .git aside), to compare a tree
+    before/after."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
@@ -151,8 +185,8 @@ def project_of(path: Path):
 
 
 def check_results(output: str) -> dict[str, str]:
-    """check name ("infer [http]") -> "pass" or "FAIL", from what `tbgen test` prints off a terminal: a line per
-    check ("pass  infer [http]  0.02 s") with its detail indented beneath."""
+    """check name ("infer [http]") -> "pass" or "FAIL", from what `tbgen test` prints off a terminal: a line
+    per check ("pass  infer [http]  0.02 s") with its detail indented beneath."""
     found = {}
     for line in output.splitlines():
         match = re.match(r"^(pass|FAIL)  (.+?)  \d+\.\d\d s$", line)
@@ -216,8 +250,8 @@ def standin_image(docker_client) -> str:
 
 
 def grpc_infer(client, model: str, reference, inputs: dict, **options) -> dict:
-    """One gRPC request of ``inputs`` to ``model``, typed as ``reference.INPUTS`` declares, with tritonclient's
-    ``options`` (sequence_id, sequence_start, ...); its outputs by name."""
+    """One gRPC request of ``inputs`` to ``model``, typed as ``reference.INPUTS`` declares, with
+    tritonclient's ``options`` (sequence_id, sequence_start, ...); its outputs by name."""
     import tritonclient.grpc as grpcclient
 
     tensors = []
@@ -266,9 +300,9 @@ def interleaved_sequences(reference, lengths: list[int], send) -> None:
 def fuzz_passes(project: Path, count: int = 300, *extra: str) -> str:
     """`tbgen test --fuzz COUNT`'s report, asserted clean. The 2.51 server's own gRPC frontend now and then
     segfaults when the fuzzer cancels requests that are still executing (Triton's cancellation race, server
-    issues #7368 and #8034, fixed after 24.10; the stack is in tritonserver, not the backend, and a busy loop in
-    a plain backend shows the same). Such a crash is run again once with another seed; any other failure, or a
-    second crash, fails."""
+    issues #7368 and #8034, fixed after 24.10; the stack is in tritonserver, not the backend, and a busy loop
+    in a plain backend shows the same). Such a crash is run again once with another seed; any other failure,
+    or a second crash, fails."""
     for seed in ("0", "1"):
         result = run_tbgen("test", str(project), "--fuzz", str(count), "--seed", seed, *extra)
         log = project / "build" / "tbgen" / "server.log"

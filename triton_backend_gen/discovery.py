@@ -58,7 +58,8 @@ class ServerInstall:
     library_dirs: tuple[Path, ...]
     libtritonserver: Path | None
     version: str  # the server version, "2.51.0"
-    source: str  # which candidate found it: "--server", "$TRITONSERVER", "PATH", "/opt/tritonserver", "embedded wheel"
+    # which candidate found it: "--server", "$TRITONSERVER", "PATH", "/opt/tritonserver", "embedded wheel"
+    source: str
     python_stubs: Mapping[str, Path] = field(default_factory=dict)  # "3.11" -> triton_python_backend_stub
 
     @property
@@ -112,7 +113,8 @@ def discover_servers(explicit: Path | None = None) -> list[tuple[str, ServerInst
 
 
 def install_from_executable(executable: Path, source: str) -> ServerInstall:
-    """Describe the server at ``executable`` (a tritonserver binary, or an install root holding bin/tritonserver)."""
+    """Describe the server at ``executable`` (a tritonserver binary, or an install root holding
+    bin/tritonserver)."""
     executable = _as_executable(Path(executable))
     root = executable.parent.parent
     library_dirs = tuple(d for d in (root / "lib", root.parent.parent / WHEEL_LIBS) if d.is_dir())
@@ -286,7 +288,10 @@ def _linked_python(stub: Path) -> str | None:
 
 def _fix_hint(source: str) -> str:
     if source == SOURCE_EXPLICIT:
-        return "Pass --server the path of a tritonserver executable (or of the directory holding bin/tritonserver)."
+        return (
+            "Pass --server the path of a tritonserver executable (or of the directory holding "
+            "bin/tritonserver)."
+        )
     return f"Point ${ENV_VARIABLE} at a tritonserver executable, or unset it to use the next candidate."
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,7 @@ def invoking_user() -> str:
     return f"{os.getuid()}:{os.getgid()}"
 
 
-# --- the engine ----------------------------------------------------------------------------------------------
+# --- the engine ---------------------------------------------------------------------------------------------
 def connect() -> Any:
     """A docker client whose engine answered; ServerError naming the fix when it cannot be reached."""
     try:
@@ -80,13 +81,15 @@ def connect() -> Any:
         text = str(err)
         if "Permission denied" in text or "PermissionError" in text:
             raise ServerError(
-                f"Permission denied on the Docker socket ({os.environ.get('DOCKER_HOST', '/var/run/docker.sock')}).",
+                "Permission denied on the Docker socket "
+                f"({os.environ.get('DOCKER_HOST', '/var/run/docker.sock')}).",
                 "Add yourself to the docker group (sudo usermod -aG docker $USER, then log in again), "
                 "or run tbgen as a user that may use Docker.",
             ) from err
         raise ServerError(
             f"The Docker engine is not reachable: {text.splitlines()[0] if text else err!r}",
-            "Start it (sudo systemctl start docker, or run dockerd), or point DOCKER_HOST at a running engine.",
+            "Start it (sudo systemctl start docker, or run dockerd), or point DOCKER_HOST at a running "
+            "engine.",
         ) from err
     return client
 
@@ -103,7 +106,8 @@ def ensure_image(client: Any, image: str) -> None:
 
 
 def gpu_requests(client: Any, gpu: bool) -> list[Any]:
-    """The device request for all GPUs, or [] without ``gpu``; UsageError when the engine has no NVIDIA runtime."""
+    """The device request for all GPUs, or [] without ``gpu``; UsageError when the engine has no NVIDIA
+    runtime."""
     if not gpu:
         return []
     runtimes = client.info().get("Runtimes") or {}
@@ -111,8 +115,8 @@ def gpu_requests(client: Any, gpu: bool) -> list[Any]:
         raise UsageError(
             f"--gpu needs the NVIDIA container runtime, and this Docker engine has none (it has: "
             f"{', '.join(sorted(runtimes)) or 'none'}).",
-            "Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker, then restart "
-            "Docker), or run without --gpu (KIND_CPU instances).",
+            "Install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker, then "
+            "restart Docker), or run without --gpu (KIND_CPU instances).",
         )
     return [docker_types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
 
@@ -123,7 +127,8 @@ def tbgen_containers(client: Any) -> list[Any]:
 
 
 def remove_containers(containers: Iterable[Any]) -> list[str]:
-    """Stop and remove ``containers``; their names."""
+    """Stop and remove ``containers``; their names. A container another client is removing already (the
+    engine answers 409, "removal ... is already in progress") is waited for until it is gone."""
     removed = []
     for container in containers:
         try:
@@ -131,7 +136,22 @@ def remove_containers(containers: Iterable[Any]) -> list[str]:
             removed.append(container.name)
         except docker_errors.NotFound:
             pass
+        except docker_errors.APIError as err:
+            if err.status_code != 409 or "already in progress" not in str(err):
+                raise
+            _wait_until_gone(container)
+            removed.append(container.name)
     return removed
+
+
+def _wait_until_gone(container: Any, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            container.reload()
+        except docker_errors.NotFound:
+            return
+        time.sleep(0.2)
 
 
 def orphans(containers: Iterable[Any], host: str | None = None) -> list[Any]:

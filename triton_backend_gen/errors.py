@@ -43,7 +43,8 @@ class ScaffoldError(TbgenError):
 
 
 class ProjectError(UsageError):
-    """A directory is not a tbgen project or its tbgen.toml is unreadable: the command cannot be used here (2)."""
+    """A directory is not a tbgen project or its tbgen.toml is unreadable: the command cannot be used here
+    (2)."""
 
 
 class ConfigError(UsageError):
@@ -52,12 +53,15 @@ class ConfigError(UsageError):
 
 
 class BuildError(TbgenError):
-    """Configuring, compiling or installing a project failed (the message names the first error and the log)."""
+    """Configuring, compiling or installing a project failed (the message names the first error and the
+    log)."""
 
 
 class ServerError(TbgenError):
-    """No usable tritonserver, or one that would not start, become ready or stop (the message names the log)."""
+    """No usable tritonserver, or one that would not start, become ready or stop (the message names the
+    log)."""
 
 
 class SourcesError(TbgenError):
-    """Filling or reading the Triton source cache failed (a clone, a copy, or an entry that already exists)."""
+    """Filling or reading the Triton source cache failed (a clone, a copy, or an entry that already
+    exists)."""

@@ -1,5 +1,5 @@
-"""What a check found (``Finding``, with a severity) and what a check command reports (``CheckReport``): one of
-each for validate (config files), check (a built library), deploy check (a chart) and templates check (the
+"""What a check found (``Finding``, with a severity) and what a check command reports (``CheckReport``): one
+of each for validate (config files), check (a built library), deploy check (a chart) and templates check (the
 template variants)."""
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ class Finding:
 
 @dataclass
 class CheckReport:
-    """The findings of one check command about ``subject`` (a library, a chart, the templates), what it was checked
-    against (a server, an image, Kubernetes versions) and what it counted (objects, variants, files)."""
+    """The findings of one check command about ``subject`` (a library, a chart, the templates), what it was
+    checked against (a server, an image, Kubernetes versions) and what it counted (objects, variants,
+    files)."""
 
     subject: str
     findings: list[Finding] = field(default_factory=list)

@@ -38,7 +38,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "LibTorch (TorchScript)",
             "model.pt",
             "torch",
-            "Debian's python3-torch (the same version as libtorch-dev), or pip install torch==<libtorch's version>",
+            "Debian's python3-torch (the same version as libtorch-dev), or pip install torch==<libtorch's "
+            "version>",
             ("libtorch-dev",),
             ("BOOL", "UINT8", "INT8", "INT16", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"),
             optional_inputs=True,
@@ -48,7 +49,8 @@ FRAMEWORKS: dict[str, Framework] = {
             "OpenCV DNN (ONNX)",
             "model.onnx",
             "onnx",
-            "pip install 'onnx<1.18' (a newer onnx needs numpy 2, which Triton 2.51's python stub cannot use)",
+            "pip install 'onnx<1.18' (a newer onnx needs numpy 2, which Triton 2.51's python stub cannot "
+            "use)",
             ("libopencv-dnn-dev",),
             ("FP32",),
             optional_inputs=False,
@@ -88,8 +90,9 @@ def _check_datatypes(chosen: Framework, signature: Signature) -> None:
             raise AnswerError(
                 f"{chosen.title} has no tensor type for {tensor.datatype} (tensor {tensor.name}); it takes "
                 f"{', '.join(chosen.datatypes)}.",
-                f"Declare {tensor.name} with one of those datatypes, e.g. --set dtype={chosen.datatypes[-1]}, or "
-                "drop --set framework=... and write the computation in Compute().",
+                f"Declare {tensor.name} with one of those datatypes, e.g. --set "
+                f"dtype={chosen.datatypes[-1]}, or drop --set framework=... and write the computation in "
+                "Compute().",
             )
 
 

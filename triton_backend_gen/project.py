@@ -132,7 +132,7 @@ class Project:
         path = self.root.relative_to(cwd) if cwd in self.root.parents else self.root
         return f" --project {shlex.quote(str(path))}"
 
-    # --- where things are ------------------------------------------------------------------------------------
+    # --- where things are -----------------------------------------------------------------------------------
     @property
     def project_file(self) -> Path:
         return self.root / PROJECT_FILE

@@ -31,8 +31,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextmanager
 def _handled(signals: tuple[int, ...], handler) -> Iterator[None]:
-    """``handler`` for ``signals`` within the block, the handlers before restored afterwards. Only the main thread
-    can install handlers; elsewhere the block runs unchanged."""
+    """``handler`` for ``signals`` within the block, the handlers before restored afterwards. Only the main
+    thread can install handlers; elsewhere the block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -47,8 +47,8 @@ def _handled(signals: tuple[int, ...], handler) -> Iterator[None]:
 def stop_on_signals(
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP),
 ) -> AbstractContextManager[None]:
-    """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt); outside
-    the main thread the block runs unchanged."""
+    """Within the block, SIGTERM/SIGHUP raise SignalReceived (SIGINT already raises KeyboardInterrupt);
+    outside the main thread the block runs unchanged."""
 
     def raise_signal(signum: int, _frame) -> None:
         raise SignalReceived(signum)

@@ -284,8 +284,8 @@ def from_context(value: Any, where: str = "signature") -> Signature | None:
 def validate(signature: Signature, *, sequence: bool = False, bf16: bool = True) -> Signature:
     """The rules every generated backend relies on; the signature itself when it keeps them all.
 
-    ``sequence``: the model has sequence batching (its control inputs take START/END/READY/CORRID, the implicit
-    state STATE_IN/STATE_OUT) and is the accumulator (:func:`check_accumulator`).
+    ``sequence``: the model has sequence batching (its control inputs take START/END/READY/CORRID, the
+    implicit state STATE_IN/STATE_OUT) and is the accumulator (:func:`check_accumulator`).
     ``bf16``: the backend can serve BF16 (the python backend cannot: its numpy has no bfloat16).
     """
     _check_tensors_named_apart(signature)
@@ -371,10 +371,13 @@ def add_sub(dtype: str, dims: str, names: Mapping[str, str]) -> Signature:
 
 
 def check_accumulator(signature: Signature) -> None:
-    """A sequence model's rules: every output is the running sum of the first input, so that input is numeric with
-    fixed dims and every output has its datatype and dims."""
+    """A sequence model's rules: every output is the running sum of the first input, so that input is numeric
+    with fixed dims and every output has its datatype and dims."""
     first = signature.inputs[0]
-    fix = "Example: --input INPUT:FP32:16 --output OUTPUT:FP32:16 (every output the running sum of the first input)"
+    fix = (
+        "Example: --input INPUT:FP32:16 --output OUTPUT:FP32:16 (every output the running sum of the first "
+        "input)"
+    )
     if first.datatype in ("BYTES", "BOOL"):
         raise AnswerError(
             f"{first.name}: a sequence model sums its first input, which cannot be {first.datatype}.", fix
@@ -388,9 +391,9 @@ def check_accumulator(signature: Signature) -> None:
     for output in signature.outputs:
         if output.datatype != first.datatype or tuple(output.dims) != tuple(first.dims):
             raise AnswerError(
-                f"{output.name}: every output of a sequence model is the running sum of {first.name}, so it needs "
-                f"{first.name}'s datatype and dims ({first.datatype} {list(first.dims)}), got {output.datatype} "
-                f"{list(output.dims)}.",
+                f"{output.name}: every output of a sequence model is the running sum of {first.name}, so "
+                f"it needs {first.name}'s datatype and dims ({first.datatype} {list(first.dims)}), got "
+                f"{output.datatype} {list(output.dims)}.",
                 fix,
             )
 

@@ -222,14 +222,15 @@ def release_changes(old: Release, new: Release) -> list[ReleaseChange]:
     rows = (
         (
             "backend API",
-            "%d.%d" % old.backend_api,
-            "%d.%d" % new.backend_api,
-            "rebuild the backend (`tbgen build`); a library built against a newer API does not load in an older server",
+            "{:d}.{:d}".format(*old.backend_api),
+            "{:d}.{:d}".format(*new.backend_api),
+            "rebuild the backend (`tbgen build`); a library built against a newer API does not load in an "
+            "older server",
         ),
         (
             "server API",
-            "%d.%d" % old.server_api,
-            "%d.%d" % new.server_api,
+            "{:d}.{:d}".format(*old.server_api),
+            "{:d}.{:d}".format(*new.server_api),
             "rebuild the backend; BLS code calling TRITONSERVER_* may use what the new API adds",
         ),
         (

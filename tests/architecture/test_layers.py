@@ -47,7 +47,8 @@ def modules() -> dict[str, Path]:
 
 
 def imports_of(path: Path, name: str) -> tuple[set[str], list[int]]:
-    """(the package's modules that ``path`` imports outside TYPE_CHECKING blocks, lines of imports in functions)."""
+    """(the package's modules that ``path`` imports outside TYPE_CHECKING blocks, lines of imports in
+    functions)."""
     tree = ast.parse(path.read_text())
     type_only = {
         id(node)

@@ -1,8 +1,8 @@
 """bench/backends.py without a server: its command line, the signatures part's signatures are valid and its
 requests fit them, the floor backend (bench/floor_backend.cc) compiles against Triton's headers, and the
-frameworks part's python+torch baseline finds torch and computes what the libtorch backend's example model does.
-What every bench/ script imports of tbgen exists (the fast tier's guard; tests/bench/test_bench_parts.py runs
-the scripts)."""
+frameworks part's python+torch baseline finds torch and computes what the libtorch backend's example model
+does. What every bench/ script imports of tbgen exists (the fast tier's guard; tests/bench/test_bench_parts.py
+runs the scripts)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`tbgen bench` end to end against the embedded server: perf_analyzer and the asyncio generator, C++, Python and
-decoupled models, the JSON report and --compare."""
+"""`tbgen bench` end to end against the embedded server: perf_analyzer and the asyncio generator, C++, Python
+and decoupled models, the JSON report and --compare."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from conftest import REPO_ROOT, triton_sources_or_skip
 BENCH = REPO_ROOT / "bench"
 RELEASE = "r24.10"
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its module-scoped server serves every test (see tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bench-parts")]
 
 # Each part of bench/backends.py: the tables it prints, as (title pattern, the two columns it compares).
 PAIR_TABLES = {

@@ -102,9 +102,11 @@ def test_cpp_projects_pass_the_smoke_suite(tmp_path, compiler_cache, template, s
     result = tbgen("test", str(project), "--fuzz", "200")
     if result.returncode != 0 and crashed_inside_triton(project):
         # Seen rarely on a loaded machine: tritonserver 2.51's own frontend segfaults (a thread of the server
-        # binary, no frame in the backend) while the fuzzer cancels requests. Not the backend's fault; rerun once.
+        # binary, no frame in the backend) while the fuzzer cancels requests. Not the backend's fault; rerun
+        # once.
         warnings.warn(
-            f"tritonserver itself crashed during the fuzz run; rerunning once:\n{crash_report(project)}"
+            f"tritonserver itself crashed during the fuzz run; rerunning once:\n{crash_report(project)}",
+            stacklevel=2,
         )
         result = tbgen("test", str(project), "--fuzz", "200")
     assert_passed(result)

@@ -31,7 +31,8 @@ def fake_tool(directory: Path, name: str, output: str) -> Path:
 
 @pytest.fixture
 def empty_path(tmp_path, monkeypatch) -> Path:
-    """A PATH with nothing on it, no tools beside the interpreter, no CUDA install and an empty source cache."""
+    """A PATH with nothing on it, no tools beside the interpreter, no CUDA install and an empty source
+    cache."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))

@@ -171,8 +171,8 @@ def installed_wheel() -> Wheel:
     dist = importlib.metadata.distribution(WHEEL_DIST)
     if dist.version != WHEEL_VERSION:
         raise RuntimeError(
-            f"{WHEEL_DIST} {dist.version} is installed, but the 24.10 stand-in needs {WHEEL_VERSION} (tritonserver "
-            f"{TRITON_VERSION}): `pip install '{WHEEL_DIST}=={WHEEL_VERSION}'`."
+            f"{WHEEL_DIST} {dist.version} is installed, but the 24.10 stand-in needs {WHEEL_VERSION} "
+            f"(tritonserver {TRITON_VERSION}): `pip install '{WHEEL_DIST}=={WHEEL_VERSION}'`."
         )
     wheel = Wheel(site_packages, dist.version, dist.read_text("RECORD") or "")
     if not (wheel.server / "bin" / "tritonserver").is_file() or not wheel.libs.is_dir():
@@ -354,7 +354,8 @@ def lay_out_server(wheel: Wheel, rootfs: Path) -> None:
 
 def _link_plain_libtritonserver(lib: Path) -> None:
     """NGC ships lib/libtritonserver.so; the wheel only has the auditwheel name libtritonserver-<hash>.so,
-    which is what the binaries' NEEDED entries name. Backends built against the NGC layout link the plain one."""
+    which is what the binaries' NEEDED entries name. Backends built against the NGC layout link the plain
+    one."""
     hashed = sorted(lib.glob("libtritonserver-*.so"))
     if len(hashed) != 1:
         raise RuntimeError(
@@ -448,7 +449,8 @@ def _workspace() -> Iterator[Path]:
 
 
 def _mounts_under(directory: Path) -> list[Path]:
-    """Mount points strictly inside ``directory``, from /proc/self/mounts (whose paths escape spaces as \\040)."""
+    """Mount points strictly inside ``directory``, from /proc/self/mounts (whose paths escape spaces as
+    \\040)."""
     prefix = str(directory.resolve()) + "/"
     mounts = []
     for line in Path("/proc/self/mounts").read_text().splitlines():

@@ -1,6 +1,6 @@
-"""`tbgen build/test/serve --docker` and `tbgen package` against a real Docker engine, with the stand-in for the
-NGC image that tests/containers/standin.py builds (no registry is reachable here). They skip, saying why, when
-no engine answers; .ci/run installs and starts one."""
+"""`tbgen build/test/serve --docker` and `tbgen package` against a real Docker engine, with the stand-in for
+the NGC image that tests/containers/standin.py builds (no registry is reachable here). They skip, saying why,
+when no engine answers; .ci/run installs and starts one."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def test_cpp_backend_builds_offline_and_passes_in_a_container(tmp_path, standin_
 
 @pytest.mark.cpp
 def test_composed_models_pass_in_a_container(tmp_path, standin_image):
-    """An ensemble around the C++ backend, then a BLS fan-out added to the same project, served by the image."""
+    """An ensemble around the C++ backend, then a BLS fan-out added to the same project, served by the
+    image."""
     triton_sources_or_skip("r24.10")
     project = tmp_path / "pipe"
     created = run_tbgen(
@@ -230,9 +231,10 @@ SPDLOG_USE = '  spdlog::info("backend {} logs with spdlog", name);\n'
 def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(
     tmp_path, standin_image, docker_client
 ):
-    """Debian's spdlog (and the fmt it needs) is on this machine, not in the stand-in image: `tbgen add library`
-    links it, the backend uses it at load time, `tbgen check --docker` names both libraries as missing in the
-    image, and `tbgen package` carries them beside the backend, where the packaged image's server loads them."""
+    """Debian's spdlog (and the fmt it needs) is on this machine, not in the stand-in image: `tbgen add
+    library` links it, the backend uses it at load time, `tbgen check --docker` names both libraries as
+    missing in the image, and `tbgen package` carries them beside the backend, where the packaged image's
+    server loads them."""
     triton_sources_or_skip("r24.10")
     if subprocess.run(["dpkg", "-s", "libspdlog-dev"], capture_output=True, check=False).returncode != 0:
         pytest.skip(
@@ -271,8 +273,8 @@ def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(
     assert checked.returncode == 1, checked.stdout + checked.stderr
     said = " ".join(checked.stdout.split())  # Rich wraps long lines
     assert (
-        f"libspdlog.so.1.10, which libtriton_proj.so needs, is not in {standin_image}: `tbgen package` carries "
-        "it beside the backend"
+        f"libspdlog.so.1.10, which libtriton_proj.so needs, is not in {standin_image}: `tbgen package` "
+        "carries it beside the backend"
     ) in said
     assert "apt-get install libspdlog1.10" in said
     assert "libfmt.so.9, which libtriton_proj.so and libspdlog.so.1.10 need" in said
@@ -305,8 +307,8 @@ def test_a_library_the_image_lacks_is_named_by_check_and_carried_by_package(
 @pytest.mark.cpp
 def test_a_framework_backend_is_served_by_its_packaged_image(tmp_path, standin_image, docker_client):
     """cpp-backend --framework opencv-dnn: `tbgen check --docker` names OpenCV's libraries, which the stand-in
-    image lacks; `tbgen package` carries them, and the packaged image loads the ONNX model and passes the smoke
-    suite. (libtorch goes the same way; its closure is about 470 MB, too much for the suite.)"""
+    image lacks; `tbgen package` carries them, and the packaged image loads the ONNX model and passes the
+    smoke suite. (libtorch goes the same way; its closure is about 470 MB, too much for the suite.)"""
     triton_sources_or_skip("r24.10")
     project = tmp_path / "proj"
     created = run_tbgen(

@@ -24,7 +24,8 @@ Components: main
 ONE_LINE = """\
 # deb http://commented.example/debian bookworm main
 deb-src http://src.example/debian bookworm main
-deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://one.example/debian bookworm main
+deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] \
+http://one.example/debian bookworm main
 deb http://one.example/debian-security bookworm-security main
 """
 

@@ -1,4 +1,5 @@
-"""Helpers of the deploy tests (not a conftest.py: `from conftest import` must keep meaning tests/conftest.py)."""
+"""Helpers of the deploy tests (not a conftest.py: `from conftest import` must keep meaning
+tests/conftest.py)."""
 
 from __future__ import annotations
 

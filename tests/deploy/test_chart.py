@@ -1,5 +1,5 @@
-"""`tbgen deploy helm|manifests|check` with the real tools: helm (lint, template), kubernetes-validate's strict
-schemas for Kubernetes 1.29 and the newest it bundles, tbgen's ServiceMonitor schema, yamllint."""
+"""`tbgen deploy helm|manifests|check` with the real tools: helm (lint, template), kubernetes-validate's
+strict schemas for Kubernetes 1.29 and the newest it bundles, tbgen's ServiceMonitor schema, yamllint."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ PROJECTS = {
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    """Each kind of project with its chart (deploy/deploy_tools) and manifests (deploy/k8s), rendered by the CLI."""
+    """Each kind of project with its chart (deploy/deploy_tools) and manifests (deploy/k8s), rendered by the
+    CLI."""
     root = tmp_path_factory.mktemp("deploy")
     found = {}
     for name, (template, *sets) in PROJECTS.items():
@@ -222,7 +223,8 @@ spec:
 def test_a_removed_api_fails(tmp_path, deploy_tools):
     report = check_deployment(write_manifest(tmp_path / "m", HPA_V2BETA2))
     assert sorted(f.message for f in report.errors) == [
-        f"Kubernetes {version} serves no HorizontalPodAutoscaler in autoscaling/v2beta2 (a removed or misspelt API)"
+        f"Kubernetes {version} serves no HorizontalPodAutoscaler in autoscaling/v2beta2 (a removed or "
+        "misspelt API)"
         for version in default_kube_versions()
     ]
 

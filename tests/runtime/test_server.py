@@ -27,7 +27,8 @@ from triton_backend_gen.runtime.local import SHM_DIR, LocalServer, group_members
 from triton_backend_gen.runtime.release_note import first_time, release_note
 from triton_backend_gen.runtime.server import relevant_log_lines
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its module-scoped server serves every test (see tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("runtime-server")]
 embedded_install = runtime_support.embedded_install  # the fixture
 
 CPU_NOISE = ("NVML", "DCGM", "CUDA driver", "CudaDriverHelper", "pinned memory", "CUDA memory pool")
@@ -193,7 +194,8 @@ def test_busy_port_is_refused_before_launch(server, embedded_install, tmp_path):
 def test_relevant_log_lines_of_a_startup_error():
     log = textwrap.dedent("""\
         $ tritonserver --model-repository=/nowhere --exit-on-error=false
-        W1202 17:05:05.695651 8681 pinned_memory_manager.cc:273] "Unable to allocate pinned system memory, pinned memory pool will not be available: CUDA driver version is insufficient for CUDA runtime version"
+        W1202 17:05:05.695651 8681 pinned_memory_manager.cc:273] "Unable to allocate pinned system memory, \
+pinned memory pool will not be available: CUDA driver version is insufficient for CUDA runtime version"
         I1202 17:05:05.695738 8681 cuda_memory_manager.cc:117] "CUDA memory pool disabled"
         E1202 17:05:05.695919 8681 server.cc:241] "CudaDriverHelper has not been initialized."
         +------+------+
@@ -255,7 +257,7 @@ def test_a_bare_repository_runs_from_a_scratch_directory_removed_on_stop(python_
     assert "successfully loaded 'add_sub'" in triton.log_file.read_text()
 
 
-# --- tbgen killed while it runs a server ---------------------------------------------------------------------
+# --- tbgen killed while it runs a server --------------------------------------------------------------------
 RUNNER = """
 import sys, time
 from pathlib import Path

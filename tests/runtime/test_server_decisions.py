@@ -1,4 +1,5 @@
-"""runtime.server's decisions, without a server: which log lines explain a failure, which ports a run takes."""
+"""runtime.server's decisions, without a server: which log lines explain a failure, which ports a run
+takes."""
 
 from __future__ import annotations
 

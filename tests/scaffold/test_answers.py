@@ -70,7 +70,8 @@ def test_unknown_triton_version_lists_the_known_ones(cpp):
         ({"gpu": "maybe"}, "gpu must be a boolean"),
         (
             {"dtype": "FP8"},
-            "dtype must be one of FP32, FP16, BF16, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, UINT32, UINT64, BOOL, BYTES; got 'FP8'",
+            "dtype must be one of FP32, FP16, BF16, FP64, INT8, INT16, INT32, INT64, UINT8, UINT16, "
+            "UINT32, UINT64, BOOL, BYTES; got 'FP8'",
         ),
         ({"instance_kind": "KIND_TPU"}, "instance_kind must be one of"),
         ({"instance_kind": "KIND_GPU", "gpu": False}, "KIND_GPU needs a GPU build"),
@@ -147,7 +148,7 @@ def test_answers_file_from_a_projects_tbgen_toml(tmp_path):
         read_answers_file(Path(tmp_path / "missing.toml"))
 
 
-# --- sequence models -----------------------------------------------------------------------------------------
+# --- sequence models ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("template", "flags", "fragment"),
     [

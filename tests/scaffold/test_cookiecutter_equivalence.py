@@ -16,7 +16,8 @@ TEMPLATE_NAMES = sorted(p.name for p in TEMPLATES.iterdir() if (p / "cookiecutte
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    """The project's files; tbgen's generation record (.tbgen/, which plain cookiecutter does not write) aside."""
+    """The project's files; tbgen's generation record (.tbgen/, which plain cookiecutter does not write)
+    aside."""
     return {name: (root / name).read_bytes() for name in sorted(template_files(root))}
 
 

@@ -42,7 +42,8 @@ def names(project: Path) -> list[str]:
 
 
 def assert_as_generated(project: Path) -> None:
-    """Drift finds nothing deleted, edited or rendered otherwise; an update to the same release changes nothing."""
+    """Drift finds nothing deleted, edited or rendered otherwise; an update to the same release changes
+    nothing."""
     loaded = load_project(project)
     found = drift(loaded)
     assert (found.deleted, found.edited, found.template_changed) == ([], [], [])

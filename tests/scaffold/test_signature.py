@@ -123,8 +123,8 @@ def test_control_input_names_are_fine_without_sequence_batching():
 
 def test_tables_round_trip_through_the_cookiecutter_variable():
     given = signature.from_flags(
-        [v for f, v in zip(MIXED[::2], MIXED[1::2]) if f == "--input"],
-        [v for f, v in zip(MIXED[::2], MIXED[1::2]) if f == "--output"],
+        [v for f, v in zip(MIXED[::2], MIXED[1::2], strict=True) if f == "--input"],
+        [v for f, v in zip(MIXED[::2], MIXED[1::2], strict=True) if f == "--output"],
     )
     assert signature.from_context(given.context()) == given
     assert signature.from_context(signature.EMPTY) is None

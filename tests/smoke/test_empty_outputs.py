@@ -13,6 +13,9 @@ import sys
 import pytest
 from conftest import run_tbgen
 
+# One worker for the module: its module-scoped projects serve every test (see tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("empty-outputs")
+
 # Each row of a request: the lengths of its words, padded with zeros to the longest row of the request (the
 # rows of a batched -1 output share one width within a request); a request whose strings are all empty
 # answers TOKENS [batch, 0].
@@ -31,7 +34,8 @@ def compute(inputs):
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     """A python-backend tokenizer project whose model.py and reference.py compute the same (appended
-    definitions replace the placeholder's), for the newest release (so the embedded 24.10 server has a note)."""
+    definitions replace the placeholder's), for the newest release (so the embedded 24.10 server has a
+    note)."""
     root = tmp_path_factory.mktemp("tokenizer")
     result = run_tbgen(
         "new",
@@ -122,7 +126,8 @@ def test_the_projects_own_tests_read_empty_outputs_in_their_datatype(tokenizer, 
         "def test_empty_strings_over_http(triton_server, reference):\n"
         "    inputs = {'TEXT': np.array([[b''], [b'']], dtype=np.object_)}\n"
         "    client = triton_server.http_client()\n"
-        "    assert_matches_reference(reference, inputs, infer(tritonclient.http, client, reference, inputs))\n"
+        "    assert_matches_reference(reference, inputs, infer(tritonclient.http, client, reference, "
+        "inputs))\n"
     )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tokenizer / "tests")],

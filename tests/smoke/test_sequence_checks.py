@@ -1,6 +1,7 @@
-"""The smoke suite's checks of sequence models and custom metrics, against the real server: a correct hand-written
-model passes them (and the fuzzer's bad sequence controls), and models that get state or metrics wrong fail the
-checks that should catch them, saying why. (The generated sequence models are tested in tests/templates.)"""
+"""The smoke suite's checks of sequence models and custom metrics, against the real server: a correct
+hand-written model passes them (and the fuzzer's bad sequence controls), and models that get state or metrics
+wrong fail the checks that should catch them, saying why. (The generated sequence models are tested in
+tests/templates.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import check_results, run_tbgen
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its module-scoped server serves every test (see tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sequence-checks")]
 
 # A sequence model keyed by correlation ID (oldest strategy), with the two custom metric families of the
 # templates. BUGS swap one line for a wrong one.
@@ -26,8 +28,8 @@ class TritonPythonModel:
         self.sums = {}
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.families = [
-            pb_utils.MetricFamily(name="requests_process_latency_ns", description="Cumulative time spent processing "
-                                  "requests", kind=pb_utils.MetricFamily.COUNTER),
+            pb_utils.MetricFamily(name="requests_process_latency_ns", description="Cumulative time spent "
+                                  "processing requests", kind=pb_utils.MetricFamily.COUNTER),
             pb_utils.MetricFamily(name="execution_batch_size", description="Requests per execution",
                                   kind=pb_utils.MetricFamily.HISTOGRAM),
         ]
@@ -44,8 +46,8 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
             tag = json.loads(request.parameters() or "{}").get("tag", "untagged")
             if not isinstance(tag, str):  # TAG
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"request parameter tag must be a string, got {type(tag).__name__}")))
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"request parameter tag must be a string, got {type(tag).__name__}")))
                 continue
             key = value("CORRID")  # KEY
             if value("START"):  # RESET

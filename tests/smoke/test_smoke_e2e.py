@@ -22,7 +22,8 @@ from triton_backend_gen.smoke import (
     run_smoke,
 )
 
-pytestmark = pytest.mark.slow
+# One worker for the module: its module-scoped server serves every test (see tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smoke-e2e")]
 
 FUZZ_COUNT = 200
 

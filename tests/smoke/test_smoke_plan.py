@@ -1,4 +1,5 @@
-"""The smoke suite without a server: what plan_smoke plans from a config, the comparisons, run_smoke, JUnit."""
+"""The smoke suite without a server: what plan_smoke plans from a config, the comparisons, run_smoke,
+JUnit."""
 
 from __future__ import annotations
 

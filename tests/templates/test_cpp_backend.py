@@ -99,7 +99,10 @@ def test_cmakelists_defaults_follow_the_answers(render_template):
     cmakelists = (render_template("cpp-backend", triton_version="24.10") / "CMakeLists.txt").read_text()
     for repo in ("COMMON", "CORE", "BACKEND"):
         assert cmake_cache_default(cmakelists, f"TRITON_{repo}_REPO_TAG") == "r24.10"
-    assert cmake_cache_default(cmakelists, "TRITON_REPO_ORGANIZATION") == "https://github.com/triton-inference-server"
+    assert (
+        cmake_cache_default(cmakelists, "TRITON_REPO_ORGANIZATION")
+        == "https://github.com/triton-inference-server"
+    )
     assert "main" not in re.findall(r'REPO_TAG "([^"]*)"', cmakelists)
     assert 'option(TRITON_ENABLE_GPU "Build the CUDA path for KIND_GPU instances" OFF)' in cmakelists
     assert "option(TRITON_ENABLE_STATS" in cmakelists
@@ -137,8 +140,13 @@ def test_version_script_exports_only_the_backend_api(render_template):
 
 
 def test_names_follow_the_backend_name(render_template):
-    project = render_template("cpp-backend", project_name="fancy-adder", backend_name="fancy_adder",
-                              model_name="adder", triton_version="24.10")
+    project = render_template(
+        "cpp-backend",
+        project_name="fancy-adder",
+        backend_name="fancy_adder",
+        model_name="adder",
+        triton_version="24.10",
+    )
     source = (project / "src" / "fancy_adder.cc").read_text()
     assert "namespace triton { namespace backend { namespace fancy_adder {" in source
     assert "class ModelState : public BackendModel" in source
@@ -154,8 +162,15 @@ def test_names_follow_the_backend_name(render_template):
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_config_follows_the_answers(render_template, dtype):
-    project = render_template("cpp-backend", dtype=dtype, dims="2,3", max_batch_size=4, instance_count=2,
-                              input0_name="A", output1_name="DIFF")
+    project = render_template(
+        "cpp-backend",
+        dtype=dtype,
+        dims="2,3",
+        max_batch_size=4,
+        instance_count=2,
+        input0_name="A",
+        output1_name="DIFF",
+    )
     config = read_config(project)
     assert config.backend == "my_backend"
     assert config.max_batch_size == 4
@@ -174,10 +189,15 @@ def test_config_follows_the_answers(render_template, dtype):
     assert f'{{"A", TRITONSERVER_TYPE_{dtype}, "{config_type}", {{2, 3}}, std::nullopt, false}},' in table
     assert f'{{"DIFF", TRITONSERVER_TYPE_{dtype}, "{config_type}", {{2, 3}}, std::nullopt, false}},' in table
     # Compute adds and subtracts in the dtype's own arithmetic.
-    compute = source[source.index("\nCompute("):source.index("// ====", source.index("\nCompute("))]
-    marker = {"FP16": "FloatToHalf(x + y)", "BF16": "FloatToBF16(x + y)", "BOOL": "(a[i] != 0) != (b[i] != 0)",
-              "BYTES": "AppendDecimal(static_cast<int64_t>(ux + uy))", "FP32": "sum[i] = a[i] + b[i];",
-              "FP64": "sum[i] = a[i] + b[i];"}.get(dtype, "using Bits = std::make_unsigned_t<")
+    compute = source[source.index("\nCompute(") : source.index("// ====", source.index("\nCompute("))]
+    marker = {
+        "FP16": "FloatToHalf(x + y)",
+        "BF16": "FloatToBF16(x + y)",
+        "BOOL": "(a[i] != 0) != (b[i] != 0)",
+        "BYTES": "AppendDecimal(static_cast<int64_t>(ux + uy))",
+        "FP32": "sum[i] = a[i] + b[i];",
+        "FP64": "sum[i] = a[i] + b[i];",
+    }.get(dtype, "using Bits = std::make_unsigned_t<")
     assert marker in compute, compute
     assert "sum = out->OUTPUT0" in compute or "out->OUTPUT0.AppendDecimal" in compute
 
@@ -197,14 +217,19 @@ def test_gpu_defaults_to_gpu_instances(render_template):
 
 
 def test_tbgen_toml_records_the_project(render_template):
-    project = load_project(render_template("cpp-backend", gpu=True, dtype="INT64", max_batch_size=0,
-                                           triton_version="r24.10"))
-    assert (project.template, project.template_version) == ("cpp-backend", get_template("cpp-backend").version)
+    project = load_project(
+        render_template("cpp-backend", gpu=True, dtype="INT64", max_batch_size=0, triton_version="r24.10")
+    )
+    assert (project.template, project.template_version) == (
+        "cpp-backend",
+        get_template("cpp-backend").version,
+    )
     assert (project.name, project.backend, project.kind) == ("my-backend", "my_backend", BackendKind.CPP)
     assert (project.release, project.gpu) == (versions.resolve("24.10"), True)
     assert project.model_repository == project.root / "model_repository"
     assert [(m.name, m.decoupled, m.directory) for m in project.models] == [
-        ("add_sub", False, project.model_repository / "add_sub")]
+        ("add_sub", False, project.model_repository / "add_sub")
+    ]
     assert project.library == project.root / "build/install/backends/my_backend/libtriton_my_backend.so"
     answers = read_answers_file(project.project_file)  # the [answers] table, for `tbgen new --answers`
     assert answers["dtype"] == "INT64"
@@ -222,7 +247,10 @@ def test_reference_computes_add_sub(render_template, dtype):
     assert (reference.make_inputs(5, seed=7)["INPUT1"] == inputs["INPUT1"]).all()  # deterministic
     outputs = reference.compute(inputs)
     wide = {name: array.astype("float64") for name, array in inputs.items()}
-    for name, expected in (("OUTPUT0", wide["INPUT0"] + wide["INPUT1"]), ("OUTPUT1", wide["INPUT0"] - wide["INPUT1"])):
+    for name, expected in (
+        ("OUTPUT0", wide["INPUT0"] + wide["INPUT1"]),
+        ("OUTPUT1", wide["INPUT0"] - wide["INPUT1"]),
+    ):
         assert outputs[name].dtype == reference.DTYPE
         assert abs(outputs[name].astype("float64") - expected).max() <= 0.01 * abs(expected).max()
     float_type = dtype.startswith("FP")
@@ -235,42 +263,64 @@ def test_reference_without_batching_has_no_batch_dimension(render_template):
 
 
 def test_post_gen_hook_removes_gpu_files_by_explicit_list():
-    hook = (Path(__file__).resolve().parents[2] / "templates/cpp-backend/hooks/post_gen_project.py").read_text()
+    hook = (
+        Path(__file__).resolve().parents[2] / "templates/cpp-backend/hooks/post_gen_project.py"
+    ).read_text()
     assert 'GPU_ONLY_FILES = ["src/kernels.cu", "src/kernels.h"]' in hook
 
 
 def test_a_signature_generates_the_tensor_table_and_typed_views(render_template):
     project = render_template("cpp-backend", signature=MIXED, max_batch_size=4)
     source = (project / "src" / "my_backend.cc").read_text()
-    for entry in ('{"TEXT", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, false},',
-                  '{"LANG", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, true},',
-                  '{"IMG", TRITONSERVER_TYPE_FP16, "TYPE_FP16", {3, -1}, std::nullopt, false},',
-                  '{"SCORE", TRITONSERVER_TYPE_BF16, "TYPE_BF16", {4}, std::nullopt, false},'):
+    for entry in (
+        '{"TEXT", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, false},',
+        '{"LANG", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, true},',
+        '{"IMG", TRITONSERVER_TYPE_FP16, "TYPE_FP16", {3, -1}, std::nullopt, false},',
+        '{"SCORE", TRITONSERVER_TYPE_BF16, "TYPE_BF16", {4}, std::nullopt, false},',
+    ):
         assert entry in source, entry
-    inputs = source[source.index("struct Inputs {"):source.index("};", source.index("struct Inputs {"))]
+    inputs = source[source.index("struct Inputs {") : source.index("};", source.index("struct Inputs {"))]
     assert re.findall(r"^  (\S+) (\w+);", inputs, re.MULTILINE) == [
-        ("BytesView", "TEXT"), ("BytesView", "LANG"), ("TensorView<uint16_t>", "IMG"), ("TensorView<int32_t>", "K")]
-    outputs = source[source.index("struct Outputs {"):source.index("};", source.index("struct Outputs {"))]
+        ("BytesView", "TEXT"),
+        ("BytesView", "LANG"),
+        ("TensorView<uint16_t>", "IMG"),
+        ("TensorView<int32_t>", "K"),
+    ]
+    outputs = source[source.index("struct Outputs {") : source.index("};", source.index("struct Outputs {"))]
     assert re.findall(r"^  (\S+) (\w+);", outputs, re.MULTILINE) == [
-        ("TensorOutput<int64_t>", "TOKENS"), ("BytesOutput", "LABEL"), ("TensorOutput<uint16_t>", "SCORE")]
+        ("TensorOutput<int64_t>", "TOKENS"),
+        ("BytesOutput", "LABEL"),
+        ("TensorOutput<uint16_t>", "SCORE"),
+    ]
     assert "void\nCompute(\n    const Inputs& in, Outputs* out, const size_t batch_size," in source
     assert "Your computation goes here." in source
     # The placeholder of reference.py: optional inputs counted when present, -1 output dims of size 1.
     assert "if (in.LANG.present) {" in source and "out->LABEL.Append(decimal);" in source
     assert "FloatToBF16(static_cast<float>(n))" in source
     # Gathered by the collector, scattered by the responder; BYTES parsed in place and serialized per request.
-    for piece in ("BackendInputCollector collector(", "BackendOutputResponder responder(", "ParseBytes(",
-                  "TRITONBACKEND_ResponseOutput(", "SameLayout("):
+    for piece in (
+        "BackendInputCollector collector(",
+        "BackendOutputResponder responder(",
+        "ParseBytes(",
+        "TRITONBACKEND_ResponseOutput(",
+        "SameLayout(",
+    ):
         assert piece in source, piece
     assert "kernels.h" not in source and "AddSub" not in source
     assert [t.name for t in read_config(project).input] == ["TEXT", "LANG", "IMG", "K"]
 
 
 def test_tensor_names_cpp_reserves_get_an_underscore_and_reshape_is_in_the_table(render_template):
-    project = render_template("cpp-backend", signature={
-        "inputs": [{"name": "class", "datatype": "BOOL", "dims": [-1]},
-                   {"name": "X", "datatype": "FP32", "dims": [2, 3], "reshape": [6]}],
-        "outputs": [{"name": "linux", "datatype": "UINT8", "dims": [1], "reshape": []}]})
+    project = render_template(
+        "cpp-backend",
+        signature={
+            "inputs": [
+                {"name": "class", "datatype": "BOOL", "dims": [-1]},
+                {"name": "X", "datatype": "FP32", "dims": [2, 3], "reshape": [6]},
+            ],
+            "outputs": [{"name": "linux", "datatype": "UINT8", "dims": [1], "reshape": []}],
+        },
+    )
     source = (project / "src" / "my_backend.cc").read_text()
     assert re.search(r"TensorView<uint8_t> class_;", source)  # BOOL inputs are bytes: non-zero is true
     assert re.search(r"TensorOutput<uint8_t> linux_;", source)
@@ -280,7 +330,9 @@ def test_tensor_names_cpp_reserves_get_an_underscore_and_reshape_is_in_the_table
     assert '{"linux", TRITONSERVER_TYPE_UINT8, "TYPE_UINT8", {1}, std::vector<int64_t>{}, false},' in table
 
 
-@pytest.mark.parametrize(("dtype", "kernel"), [("FP16", True), ("INT64", True), ("BYTES", False), ("BF16", False)])
+@pytest.mark.parametrize(
+    ("dtype", "kernel"), [("FP16", True), ("INT64", True), ("BYTES", False), ("BF16", False)]
+)
 def test_gpu_instances_run_the_kernel_only_where_there_is_one(render_template, dtype, kernel):
     project = render_template("cpp-backend", gpu=True, dtype=dtype)
     source = (project / "src" / "my_backend.cc").read_text()
@@ -306,7 +358,9 @@ def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
     own_sources = str(project / "src")
     warnings = [line for line in log.splitlines() if own_sources in line and "warning" in line]
     assert not warnings
-    nm = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    nm = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    )
     exported = [line.split()[-1] for line in nm.stdout.splitlines() if line.strip()]
     assert exported, "the library exports nothing"
     assert all(name.startswith("TRITONBACKEND_") for name in exported), exported
@@ -319,7 +373,9 @@ def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
 def test_gpu_build_against_r24_10_links_the_cuda_runtime(render_template, compiler_cache):
     project = render_template("cpp-backend", dtype="FP16", gpu=True, triton_version="24.10")
     library = build_and_check(project, "r24.10", gpu=True)
-    needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    needed = subprocess.run(
+        ["readelf", "-d", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     assert "libcudart" in needed
 
 
@@ -340,22 +396,13 @@ COPY_COUNTER = Path(__file__).resolve().parent / "copy_counter" / "count_input_c
 COPIES_LOGGED = re.compile(r"count_input_copies: (\d+) request\(s\), (\d+) input bytes copied")
 
 
-def test_generated_sources_carry_no_instrumentation(render_template):
-    for gpu in (False, True):
-        project = render_template("cpp-backend", project_name=f"p{int(gpu)}", gpu=gpu, dtype="FP16")
-        for path in [*project.rglob("*.cc"), *project.rglob("*.cu"), *project.rglob("*.h"), project / "CMakeLists.txt"]:
-            text = path.read_text()
-            for word in ("copied_bytes", "count_input_copies", "CountedModelInstanceExecute", "InPlace",
-                         "input bytes"):
-                assert word not in text, f"{word!r} in {path.name}"
-
-
 @pytest.mark.cpp
 @pytest.mark.slow
-def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(render_template, compiler_cache,
-                                                                              server_or_skip):
-    """Built with copy_counter/ linked in, the backend logs the input bytes each execution copied: none for one
-    gRPC request (its tensors arrive contiguous and are used in place), exactly the batch's bytes when the
+def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(
+    render_template, compiler_cache, server_or_skip
+):
+    """Built with copy_counter/ linked in, the backend logs the input bytes each execution copied: none for
+    one gRPC request (its tensors arrive contiguous and are used in place), exactly the batch's bytes when the
     collector gathers several requests."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -367,13 +414,22 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(re
     sources = triton_sources_or_skip("r24.10")
     project = render_template("cpp-backend", triton_version="24.10")
     build = project / "build"
-    cmake_build(project, build, triton_sources=sources, gpu=False, install_dir=build / "install",
-                extra_defines={"CMAKE_PROJECT_INCLUDE": str(COPY_COUNTER)})
+    cmake_build(
+        project,
+        build,
+        triton_sources=sources,
+        gpu=False,
+        install_dir=build / "install",
+        extra_defines={"CMAKE_PROJECT_INCLUDE": str(COPY_COUNTER)},
+    )
     assert "count_input_copies: counting the input copies of" in (build / "tbgen-build.log").read_text()
     # A long queue delay makes the concurrent requests below wait for each other: batches are gathered.
     config = project / "model_repository" / "add_sub" / "config.pbtxt"
-    config.write_text(config.read_text().replace("dynamic_batching { }",
-                                                 "dynamic_batching { max_queue_delay_microseconds: 200000 }"))
+    config.write_text(
+        config.read_text().replace(
+            "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 200000 }"
+        )
+    )
     reference = load_reference(project)
     with prepare_server(load_project(project)) as triton:
         client = grpcclient.InferenceServerClient(triton.grpc_url)
@@ -401,7 +457,8 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(re
         assert copied == (0 if requests == 1 else requests * request_bytes)
 
 
-# Served by the embedded tritonserver: a signature that is not the example, and the add/sub example over BYTES.
+# Served by the embedded tritonserver: a signature that is not the example, and the add/sub example over
+# BYTES.
 
 
 def build_and_gather(project: Path, delay_us: int = 100_000) -> None:
@@ -409,8 +466,11 @@ def build_and_gather(project: Path, delay_us: int = 100_000) -> None:
     execution."""
     build_and_check(project, "r24.10", gpu=False)
     config = next((project / "model_repository").glob("*/config.pbtxt"))
-    config.write_text(config.read_text().replace(
-        "dynamic_batching { }", f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"))
+    config.write_text(
+        config.read_text().replace(
+            "dynamic_batching { }", f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"
+        )
+    )
 
 
 def model_counts(client, model: str) -> tuple[int, int]:
@@ -437,33 +497,44 @@ def test_a_mixed_signature_serves_the_reference(render_template, compiler_cache,
     model = load_project(project).models[0].name
     config = project / "model_repository" / model / "config.pbtxt"
     # A queue delay lets concurrent requests meet even on a loaded machine.
-    config.write_text(config.read_text().replace(
-        "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 200000 }"))
-    with (prepare_server(load_project(project)) as triton,
-          grpcclient.InferenceServerClient(triton.grpc_url) as client):
+    config.write_text(
+        config.read_text().replace(
+            "dynamic_batching { }", "dynamic_batching { max_queue_delay_microseconds: 200000 }"
+        )
+    )
+    with (
+        prepare_server(load_project(project)) as triton,
+        grpcclient.InferenceServerClient(triton.grpc_url) as client,
+    ):
         for seed in range(4):  # odd seeds leave LANG out, and the -1 dim of IMG varies
             for batch in (1, 3):
                 inputs = reference.make_inputs(batch, seed=seed)
                 got = grpc_infer(client, model, reference, inputs)
-                assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE), (seed, batch)
+                assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE), (
+                    seed,
+                    batch,
+                )
         before = model_counts(client, model)
         # Four arrangements (shapes, LANG present or not), six requests each: Triton merges only requests of
         # one arrangement, so each has partners to meet within the queue delay, however loaded the machine.
         requests = [reference.make_inputs(2, seed=100 + i % 4) for i in range(24)]
         with ThreadPoolExecutor(12) as pool:
             answers = list(pool.map(lambda inputs: grpc_infer(client, model, reference, inputs), requests))
-        for inputs, got in zip(requests, answers):
+        for inputs, got in zip(requests, answers, strict=True):
             assert not output_mismatches(got, reference.compute(inputs), reference.TOLERANCE)
-        inferences, executions = (after - first for after, first in zip(model_counts(client, model), before))
+        inferences, executions = (
+            after - first for after, first in zip(model_counts(client, model), before, strict=True)
+        )
     assert inferences == 48 and executions < 24, (inferences, executions)  # requests met in executions
 
 
 @pytest.mark.cpp
 @pytest.mark.slow
-def test_add_sub_over_bytes_serves_the_reference_and_fails_only_the_bad_request(render_template, compiler_cache,
-                                                                               server_or_skip):
-    """The example over BYTES (decimal integers as strings): outputs equal reference.py's; in a batch, a request
-    whose element is not a decimal integer gets its error and the others their answers."""
+def test_add_sub_over_bytes_serves_the_reference_and_fails_only_the_bad_request(
+    render_template, compiler_cache, server_or_skip
+):
+    """The example over BYTES (decimal integers as strings): outputs equal reference.py's; in a batch, a
+    request whose element is not a decimal integer gets its error and the others their answers."""
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
@@ -476,8 +547,10 @@ def test_add_sub_over_bytes_serves_the_reference_and_fails_only_the_bad_request(
     project = render_template("cpp-backend", dtype="BYTES", dims="-1", triton_version="24.10")
     build_and_gather(project, delay_us=200_000)
     reference = load_reference(project)
-    with (prepare_server(load_project(project)) as triton,
-          grpcclient.InferenceServerClient(triton.grpc_url) as client):
+    with (
+        prepare_server(load_project(project)) as triton,
+        grpcclient.InferenceServerClient(triton.grpc_url) as client,
+    ):
         for batch in (1, 8):
             inputs = reference.make_inputs(batch, seed=batch)
             got = grpc_infer(client, "add_sub", reference, inputs)
@@ -496,7 +569,9 @@ def test_add_sub_over_bytes_serves_the_reference_and_fails_only_the_bad_request(
         before = model_counts(client, "add_sub")
         with ThreadPoolExecutor(6) as pool:
             answers = list(pool.map(send, range(6)))
-        inferences, executions = (after - first for after, first in zip(model_counts(client, "add_sub"), before))
+        inferences, executions = (
+            after - first for after, first in zip(model_counts(client, "add_sub"), before, strict=True)
+        )
     for seed, (inputs, got) in enumerate(answers):
         if seed == 3:
             assert isinstance(got, InferenceServerException), got

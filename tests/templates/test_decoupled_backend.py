@@ -137,18 +137,6 @@ def test_cookiecutter_json_follows_the_contract():
     assert context["language"] == ["cpp", "python"]
 
 
-def test_cpp_source_uses_the_decoupled_api(render_template):
-    source = (render_template(TEMPLATE) / "src/my_backend.cc").read_text()
-    assert "namespace triton { namespace backend { namespace my_backend {" in source
-    for api in ("TRITONBACKEND_ResponseFactoryNew", "TRITONBACKEND_ResponseNewFromFactory",
-                "TRITONBACKEND_ResponseFactorySendFlags", "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
-                "TRITONBACKEND_ResponseFactoryIsCancelled", "TRITONSERVER_ERROR_CANCELLED",
-                "TRITONBACKEND_API_VERSION_MAJOR", "class ModelState : public BackendModel",
-                "class ModelInstanceState : public BackendModelInstance"):
-        assert api in source, api
-    assert "Your streaming logic goes here" in source
-
-
 def test_cpp_cmakelists_targets_the_release_and_exports_only_the_backend_api(render_template):
     project = render_template(TEMPLATE, triton_version="24.10")
     cmakelists = (project / "CMakeLists.txt").read_text()
@@ -164,16 +152,11 @@ def test_cpp_cmakelists_targets_the_release_and_exports_only_the_backend_api(ren
     assert re.search(r"global:\s*TRITONBACKEND_\*;\s*local:\s*\*;", script)
 
 
-def test_python_model_uses_the_response_sender(render_template):
-    model = (render_template(TEMPLATE, language="python") / f"model_repository/{MODEL}/1/model.py").read_text()
-    for api in ("get_response_sender()", "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "is_cancelled()",
-                "pb_utils.Logger", "using_decoupled_model_transaction_policy"):
-        assert api in model, api
-
-
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_dockerfile_has_a_build_stage_only_for_cpp(render_template, language):
-    dockerfile = (render_template(TEMPLATE, language=language, triton_version="24.10") / "Dockerfile").read_text()
+    dockerfile = (
+        render_template(TEMPLATE, language=language, triton_version="24.10") / "Dockerfile"
+    ).read_text()
     assert "ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in dockerfile
     assert ("AS build" in dockerfile) == (language == "cpp")
     assert ("/opt/tritonserver/backends/my_backend" in dockerfile) == (language == "cpp")
@@ -201,8 +184,15 @@ def test_reference_streams_one_response_per_element(render_template, language):
     reference = load_reference(render_template(TEMPLATE, language=language))
     inputs = reference.make_inputs(None, seed=0)
     assert {name: array.dtype for name, array in inputs.items()} == {
-        "IN": np.dtype(np.int32), "DELAY": np.dtype(np.uint32), "WAIT": np.dtype(np.uint32)}
-    assert inputs["IN"].ndim == 1 and inputs["DELAY"].shape == inputs["IN"].shape and inputs["WAIT"].shape == (1,)
+        "IN": np.dtype(np.int32),
+        "DELAY": np.dtype(np.uint32),
+        "WAIT": np.dtype(np.uint32),
+    }
+    assert (
+        inputs["IN"].ndim == 1
+        and inputs["DELAY"].shape == inputs["IN"].shape
+        and inputs["WAIT"].shape == (1,)
+    )
     responses = reference.responses(inputs)
     assert len(responses) == inputs["IN"].size
     for index, response in enumerate(responses):
@@ -223,9 +213,17 @@ def test_reference_inputs_are_deterministic_per_seed(render_template):
 
 def test_reference_of_the_repeat_example_request(render_template):
     reference = load_reference(render_template(TEMPLATE))
-    inputs = {"IN": np.array([4, 2, 0, 1], np.int32), "DELAY": np.full(4, 10, np.uint32),
-              "WAIT": np.array([5], np.uint32)}
-    assert [(r["OUT"][0], r["IDX"][0]) for r in reference.responses(inputs)] == [(4, 0), (2, 1), (0, 2), (1, 3)]
+    inputs = {
+        "IN": np.array([4, 2, 0, 1], np.int32),
+        "DELAY": np.full(4, 10, np.uint32),
+        "WAIT": np.array([5], np.uint32),
+    }
+    assert [(r["OUT"][0], r["IDX"][0]) for r in reference.responses(inputs)] == [
+        (4, 0),
+        (2, 1),
+        (0, 2),
+        (1, 3),
+    ]
     assert reference.responses({**inputs, "IN": np.zeros(0, np.int32), "DELAY": np.zeros(0, np.uint32)}) == []
 
 
@@ -255,7 +253,9 @@ def test_cpp_variant_builds_against_r24_10(render_template, compiler_cache):
     assert "-Werror" in (project / "build" / "compile_commands.json").read_text()
     assert not [line for line in log.splitlines() if own_sources in line and "warning" in line]
 
-    nm = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    nm = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    )
     exported = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
     assert exported == {
         "TRITONBACKEND_Initialize",
@@ -279,13 +279,23 @@ def test_cpp_with_a_signature_renders_it_and_answers_with_one_final_response(ren
     project = render_template(TEMPLATE, signature=CPP_SIGNATURE)
     config = read_config(project)
     assert config.model_transaction_policy.decoupled and config.max_batch_size == 0
-    assert tensor_interface(config.input) == {"TEXT": ("TYPE_STRING", [1]), "LANG": ("TYPE_STRING", [1]),
-                                              "IMG": ("TYPE_FP16", [3, -1]), "K": ("TYPE_INT32", [1])}
+    assert tensor_interface(config.input) == {
+        "TEXT": ("TYPE_STRING", [1]),
+        "LANG": ("TYPE_STRING", [1]),
+        "IMG": ("TYPE_FP16", [3, -1]),
+        "K": ("TYPE_INT32", [1]),
+    }
     assert [t.optional for t in config.input] == [False, True, False, False]
-    assert tensor_interface(config.output) == {"TOKENS": ("TYPE_INT64", [-1]), "LABEL": ("TYPE_STRING", [1]),
-                                               "SCORE": ("TYPE_FP32", [4])}
+    assert tensor_interface(config.output) == {
+        "TOKENS": ("TYPE_INT64", [-1]),
+        "LABEL": ("TYPE_STRING", [1]),
+        "SCORE": ("TYPE_FP32", [4]),
+    }
     source = (project / "src/my_backend.cc").read_text()
-    assert "RETURN_IF_ERROR(NewPerRequest(\n      requests, request_count, TRITONBACKEND_ResponseFactoryNew," in source
+    assert (
+        "RETURN_IF_ERROR(NewPerRequest(\n      requests, request_count, TRITONBACKEND_ResponseFactoryNew,"
+        in source
+    )
     assert "TRITONBACKEND_ResponseNewFromFactory(&responses[r]" in source
     assert "responses[r], TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr)" in source
     assert "BytesView TEXT;" in source and "BytesOutput LABEL;" in source and "\nCompute(" in source
@@ -310,8 +320,10 @@ def test_cpp_with_a_signature_streams_the_reference(render_template, compiler_ca
     reference = load_reference(project)
     model = load_project(project).models[0].name
     results = queue.Queue()
-    with (prepare_server(load_project(project)) as triton,
-          grpcclient.InferenceServerClient(triton.grpc_url) as client):
+    with (
+        prepare_server(load_project(project)) as triton,
+        grpcclient.InferenceServerClient(triton.grpc_url) as client,
+    ):
         client.start_stream(callback=lambda result, error: results.put((result, error)))
         requests = {f"r{seed}": reference.make_inputs(None, seed=seed) for seed in range(4)}
         requests["bad"] = {k: v for k, v in reference.make_inputs(None, seed=4).items() if k != "TEXT"}
@@ -340,9 +352,12 @@ def test_cpp_with_a_signature_streams_the_reference(render_template, compiler_ca
             assert not output_mismatches(got, expected, reference.TOLERANCE), request_id
 
 
-# --------------------------------------------------------------------------- the python model with a signature
+# -------------------------------------------------------------------------- the python model with a signature
 
-SIGNATURES = {"mixed": CHECKED_SIGNATURES["mixed"].context(), "bytes_in": CHECKED_SIGNATURES["bytes-in"].context()}
+SIGNATURES = {
+    "mixed": CHECKED_SIGNATURES["mixed"].context(),
+    "bytes_in": CHECKED_SIGNATURES["bytes-in"].context(),
+}
 
 
 def python_model_file(project: Path) -> Path:
@@ -354,9 +369,14 @@ def test_python_model_with_a_signature_sends_one_final_response(render_template,
     path = python_model_file(project)
     py_compile.compile(str(path), cfile=str(tmp_path / "model.pyc"), doraise=True)
     model = path.read_text()
-    for line in ('text = inputs["TEXT"]', 'lang = inputs["LANG"]', "if lang is not None:",
-                 'strings = [s.decode("utf-8", "replace") for s in text.flat]',
-                 "sender.send(self._respond(request), flags=FINAL)", "using_decoupled_model_transaction_policy"):
+    for line in (
+        'text = inputs["TEXT"]',
+        'lang = inputs["LANG"]',
+        "if lang is not None:",
+        'strings = [s.decode("utf-8", "replace") for s in text.flat]',
+        "sender.send(self._respond(request), flags=FINAL)",
+        "using_decoupled_model_transaction_policy",
+    ):
         assert line in model, line
     code = [line for line in model.splitlines() if not line.lstrip().startswith("#")]
     assert not [line for line in code if "send(flags=" in line], "a flags-only final response"
@@ -377,7 +397,9 @@ def test_python_model_compute_is_the_reference_response(render_template, name):
     project = render_template(TEMPLATE, language="python", signature=SIGNATURES[name])
     sys.path.insert(0, str(pb_utils_dir))
     try:
-        module_spec = importlib.util.spec_from_file_location(f"decoupled_model_{name}", python_model_file(project))
+        module_spec = importlib.util.spec_from_file_location(
+            f"decoupled_model_{name}", python_model_file(project)
+        )
         model = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(model)
     finally:
@@ -401,10 +423,13 @@ def test_python_model_with_a_signature_passes_the_smoke_suite(render_template, s
     from triton_backend_gen.runtime import prepare_server
     from triton_backend_gen.smoke import Endpoints, plan_smoke, run_smoke
 
-    project = load_project(render_template(TEMPLATE, language="python", triton_version="24.10",
-                                           signature=SIGNATURES["mixed"]))
+    project = load_project(
+        render_template(TEMPLATE, language="python", triton_version="24.10", signature=SIGNATURES["mixed"])
+    )
     with prepare_server(project) as triton:
-        results = run_smoke(plan_smoke(project), Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url))
+        results = run_smoke(
+            plan_smoke(project), Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        )
     failed = [f"{r.name} [{r.protocol}]: {r.detail}" for r in results if not r.passed]
     assert not failed, "\n".join(failed)
     assert any(r.name == "stream" and r.passed for r in results)

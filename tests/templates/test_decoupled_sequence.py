@@ -1,5 +1,5 @@
-"""decoupled-backend with sequence=direct|oldest (a stateful accumulator answering each request with one response
-flagged final), custom_metrics=yes and request_parameters=yes, in C++ and Python.
+"""decoupled-backend with sequence=direct|oldest (a stateful accumulator answering each request with one
+response flagged final), custom_metrics=yes and request_parameters=yes, in C++ and Python.
 
 The built tests serve each variant in the embedded tritonserver (release 24.10): `tbgen test` and `tbgen test
 --fuzz 300`, then 8 sequences interleaved over 8 gRPC streams, each request answered by exactly one response
@@ -28,8 +28,15 @@ def answers(**given):
 # --------------------------------------------------------------------------- rendering
 
 
-@pytest.mark.parametrize(("given", "batch"), [({}, 0), ({"sequence": "direct"}, 8), ({"sequence": "oldest"}, 8),
-                                             ({"sequence": "direct", "max_batch_size": 0}, 0)])
+@pytest.mark.parametrize(
+    ("given", "batch"),
+    [
+        ({}, 0),
+        ({"sequence": "direct"}, 8),
+        ({"sequence": "oldest"}, 8),
+        ({"sequence": "direct", "max_batch_size": 0}, 0),
+    ],
+)
 def test_max_batch_size_defaults_to_8_for_sequence_models_only(given, batch):
     assert int(answers(**given)[1]["max_batch_size"]) == batch
 
@@ -47,16 +54,33 @@ def test_the_repeat_example_is_unchanged_by_the_new_options_when_off(tmp_path):
         assert absent not in source, absent
 
 
-@pytest.mark.parametrize(("given", "present", "absent"), [
-    ({"sequence": "direct", "custom_metrics": True, "request_parameters": True},
-     ["using Key = uint32_t;", "void\nStep(", "TRITONBACKEND_ResponseNewFromFactory", "ObserveBatchSize",
-      "TRITONBACKEND_ResponseSetStringParameter", "TRITONSERVER_RESPONSE_COMPLETE_FINAL, err"],
-     ["BatchExecutor", "TRITONBACKEND_StateNew", "{kCorrId,"]),
-    ({"sequence": "oldest", "correlation_id": "string", "implicit_state": True},
-     ["TRITONBACKEND_StateNew", "{kCorrId,"], ["SequenceStates", "ModelMetrics", "ReadRequestParameters"]),
-    ({"custom_metrics": True, "request_parameters": True},
-     ["ExecutionTally", "ObserveBatchSize", "job->request.get(), &job->parameters)"], ["SequenceStates"]),
-])
+@pytest.mark.parametrize(
+    ("given", "present", "absent"),
+    [
+        (
+            {"sequence": "direct", "custom_metrics": True, "request_parameters": True},
+            [
+                "using Key = uint32_t;",
+                "void\nStep(",
+                "TRITONBACKEND_ResponseNewFromFactory",
+                "ObserveBatchSize",
+                "TRITONBACKEND_ResponseSetStringParameter",
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL, err",
+            ],
+            ["BatchExecutor", "TRITONBACKEND_StateNew", "{kCorrId,"],
+        ),
+        (
+            {"sequence": "oldest", "correlation_id": "string", "implicit_state": True},
+            ["TRITONBACKEND_StateNew", "{kCorrId,"],
+            ["SequenceStates", "ModelMetrics", "ReadRequestParameters"],
+        ),
+        (
+            {"custom_metrics": True, "request_parameters": True},
+            ["ExecutionTally", "ObserveBatchSize", "job->request.get(), &job->parameters)"],
+            ["SequenceStates"],
+        ),
+    ],
+)
 def test_cpp_renders_its_code(tmp_path, given, present, absent):
     template, resolved = answers(**given)
     source = (render_into(template, resolved, tmp_path) / "src" / "dseq.cc").read_text()
@@ -67,8 +91,13 @@ def test_cpp_renders_its_code(tmp_path, given, present, absent):
 
 
 def test_python_sequence_renders_and_refuses_implicit_state(tmp_path):
-    template, resolved = answers(language="python", sequence="oldest", correlation_id="string",
-                                 custom_metrics=True, request_parameters=True)
+    template, resolved = answers(
+        language="python",
+        sequence="oldest",
+        correlation_id="string",
+        custom_metrics=True,
+        request_parameters=True,
+    )
     project = render_into(template, resolved, tmp_path)
     model = (project / "model_repository" / "accumulate" / "1" / "model.py").read_text()
     compile(model, "model.py", "exec")
@@ -103,14 +132,16 @@ def new_project(tmp_path: Path, *sets: str) -> Path:
 
 def tbgen_test_passes(project: Path) -> str:
     result = run_tbgen("test", str(project))
-    assert result.returncode == 0 and " 0 failed" in result.stdout, result.stdout[-6000:] + result.stderr[-3000:]
+    assert result.returncode == 0 and " 0 failed" in result.stdout, (
+        result.stdout[-6000:] + result.stderr[-3000:]
+    )
     return result.stdout
 
 
 def interleaved_over_streams(project: Path, *, tags: bool) -> None:
     """8 sequences, each on its own gRPC stream, their requests interleaved (conftest.interleaved_sequences):
-    every request gets exactly one response, flagged final, holding its own sequence's running sum (and its tag
-    back)."""
+    every request gets exactly one response, flagged final, holding its own sequence's running sum (and its
+    tag back)."""
     import tritonclient.grpc as grpcclient
 
     from triton_backend_gen.project import load_project
@@ -120,7 +151,7 @@ def interleaved_over_streams(project: Path, *, tags: bool) -> None:
     reference = load_reference(project)
     model = load_project(project).models[0].name
     string_ids = reference.SEQUENCE["correlation_id"] == "string"
-    (name, (datatype, _, _)), = reference.INPUTS.items()
+    ((name, (datatype, _, _)),) = reference.INPUTS.items()
     lengths = [3, 5, 4, 6, 2, 5, 3, 4]
     with prepare_server(load_project(project)) as triton:
         clients, answers_of = [], []
@@ -129,9 +160,15 @@ def interleaved_over_streams(project: Path, *, tags: bool) -> None:
             tensor = grpcclient.InferInput(name, list(inputs[name].shape), datatype)
             tensor.set_data_from_numpy(inputs[name])
             clients[index].async_stream_infer(
-                model, [tensor], request_id=f"s{index}", sequence_id=f"seq-{index}" if string_ids else 500 + index,
-                sequence_start=start, sequence_end=end, parameters={"tag": f"tag-{index}"} if tags else None,
-                enable_empty_final_response=True)
+                model,
+                [tensor],
+                request_id=f"s{index}",
+                sequence_id=f"seq-{index}" if string_ids else 500 + index,
+                sequence_start=start,
+                sequence_end=end,
+                parameters={"tag": f"tag-{index}"} if tags else None,
+                enable_empty_final_response=True,
+            )
             result, error = answers_of[index].get(timeout=30)
             assert error is None, error
             response = result.get_response()
@@ -141,7 +178,7 @@ def interleaved_over_streams(project: Path, *, tags: bool) -> None:
             return {output: result.as_numpy(output) for output in reference.OUTPUTS}
 
         try:
-            for index in range(len(lengths)):
+            for _ in range(len(lengths)):
                 client = grpcclient.InferenceServerClient(triton.grpc_url)
                 answers_of.append(queue.Queue())
                 client.start_stream(callback=lambda result, error, q=answers_of[-1]: q.put((result, error)))
@@ -159,18 +196,22 @@ def interleaved_over_streams(project: Path, *, tags: bool) -> None:
 @pytest.mark.slow
 def test_cpp_direct_sequence_with_metrics_and_parameters(tmp_path, compiler_cache, server_or_skip):
     triton_sources_or_skip("r24.10")
-    project = new_project(tmp_path, "sequence=direct", "correlation_id=uint64", "custom_metrics=yes",
-                          "request_parameters=yes")
+    project = new_project(
+        tmp_path, "sequence=direct", "correlation_id=uint64", "custom_metrics=yes", "request_parameters=yes"
+    )
     report = tbgen_test_passes(project)
-    assert "8 interleaved sequences" in report and "custom metrics" in report and "request parameters" in report
+    assert (
+        "8 interleaved sequences" in report and "custom metrics" in report and "request parameters" in report
+    )
     fuzz_passes(project)
     interleaved_over_streams(project, tags=True)
 
 
 @pytest.mark.slow
 def test_python_oldest_string_sequence_with_metrics(tmp_path, server_or_skip):
-    project = new_project(tmp_path, "language=python", "sequence=oldest", "correlation_id=string",
-                          "custom_metrics=yes")
+    project = new_project(
+        tmp_path, "language=python", "sequence=oldest", "correlation_id=string", "custom_metrics=yes"
+    )
     report = tbgen_test_passes(project)
     assert "8 interleaved sequences" in report and "custom metrics" in report
     fuzz_passes(project)

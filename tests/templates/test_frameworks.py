@@ -1,7 +1,7 @@
-"""cpp-backend --framework libtorch|opencv-dnn: the backend wraps a real inference library (Debian's libtorch 1.13
-and OpenCV 4.6 DNN), loads the example model that `tbgen new` exported, passes `tbgen test --fuzz 300` in the
-embedded server, serves another model of the same signature after only the model file and reference.py change,
-and refuses a model file that disagrees with config.pbtxt at load, naming both sides."""
+"""cpp-backend --framework libtorch|opencv-dnn: the backend wraps a real inference library (Debian's libtorch
+1.13 and OpenCV 4.6 DNN), loads the example model that `tbgen new` exported, passes `tbgen test --fuzz 300` in
+the embedded server, serves another model of the same signature after only the model file and reference.py
+change, and refuses a model file that disagrees with config.pbtxt at load, naming both sides."""
 
 from __future__ import annotations
 
@@ -25,8 +25,18 @@ def python_with_or_skip(module: str) -> str:
 
 def new_framework_project(tmp_path: Path, framework: str, *args: str, name: str = "fw") -> Path:
     project = tmp_path / name
-    result = run_tbgen("new", str(project), "-t", "cpp-backend", "--no-input", "--triton-version", "24.10",
-                       "--framework", framework, *args)
+    result = run_tbgen(
+        "new",
+        str(project),
+        "-t",
+        "cpp-backend",
+        "--no-input",
+        "--triton-version",
+        "24.10",
+        "--framework",
+        framework,
+        *args,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Example model: wrote" in result.stdout, result.stdout
     return project
@@ -39,20 +49,35 @@ def load_failure(project: Path) -> str:
 
 
 # --- what a framework can serve -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("framework", "flags", "fragment"), [
-    ("libtorch", ["--input", "T:BYTES:1", "--output", "O:INT32:1"], "no tensor type for BYTES (tensor T)"),
-    ("libtorch", ["--set", "dtype=UINT32"], "no tensor type for UINT32"),
-    ("opencv-dnn", ["--set", "dtype=FP16"], "no tensor type for FP16"),
-    ("opencv-dnn", ["--input", "X:FP32:4:optional", "--input", "Y:FP32:4", "--output", "O:FP32:1"],
-     "X cannot be optional"),
-    ("opencv-dnn", ["--input", "X:FP32:-1", "--output", "O:FP32:2"], "X is not"),
-    ("opencv-dnn", ["--input", "X:FP32:4", "--output", "O:FP32:2", "--set", "max_batch_size=0"],
-     "needs a batch dimension"),
-])
-def test_a_signature_the_framework_cannot_serve_exits_2_before_anything_is_written(tmp_path, framework, flags,
-                                                                                    fragment):
-    result = run_tbgen("new", str(tmp_path / "p"), "-t", "cpp-backend", "--no-input", "--framework", framework,
-                       *flags)
+@pytest.mark.parametrize(
+    ("framework", "flags", "fragment"),
+    [
+        (
+            "libtorch",
+            ["--input", "T:BYTES:1", "--output", "O:INT32:1"],
+            "no tensor type for BYTES (tensor T)",
+        ),
+        ("libtorch", ["--set", "dtype=UINT32"], "no tensor type for UINT32"),
+        ("opencv-dnn", ["--set", "dtype=FP16"], "no tensor type for FP16"),
+        (
+            "opencv-dnn",
+            ["--input", "X:FP32:4:optional", "--input", "Y:FP32:4", "--output", "O:FP32:1"],
+            "X cannot be optional",
+        ),
+        ("opencv-dnn", ["--input", "X:FP32:-1", "--output", "O:FP32:2"], "X is not"),
+        (
+            "opencv-dnn",
+            ["--input", "X:FP32:4", "--output", "O:FP32:2", "--set", "max_batch_size=0"],
+            "needs a batch dimension",
+        ),
+    ],
+)
+def test_a_signature_the_framework_cannot_serve_exits_2_before_anything_is_written(
+    tmp_path, framework, flags, fragment
+):
+    result = run_tbgen(
+        "new", str(tmp_path / "p"), "-t", "cpp-backend", "--no-input", "--framework", framework, *flags
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert fragment in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "p").exists()
@@ -70,7 +95,9 @@ def test_every_framework_takes_its_datatypes_and_nothing_else():
 
 
 def test_an_unknown_framework_is_a_usage_error(tmp_path):
-    result = run_tbgen("new", str(tmp_path / "p"), "-t", "cpp-backend", "--no-input", "--framework", "tensorflow")
+    result = run_tbgen(
+        "new", str(tmp_path / "p"), "-t", "cpp-backend", "--no-input", "--framework", "tensorflow"
+    )
     assert result.returncode == 2 and "framework" in result.stderr and "libtorch" in result.stderr
     assert not (tmp_path / "p").exists()
 
@@ -85,7 +112,9 @@ def test_an_existing_model_file_is_never_replaced(tmp_path):
     assert (model_dir / "1" / "model.pt").read_bytes() == b"the user's model"
 
 
-def test_without_a_python_that_has_the_framework_nothing_is_written_and_the_way_is_said(tmp_path, monkeypatch):
+def test_without_a_python_that_has_the_framework_nothing_is_written_and_the_way_is_said(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(example_model, "python_with", lambda module: None)
     model_dir = tmp_path / "model_repository" / "m"
     result = example_model.write_example_model(tmp_path, model_dir, frameworks.FRAMEWORKS["opencv-dnn"])
@@ -98,10 +127,13 @@ def test_the_export_script_keeps_a_model_file_unless_forced(tmp_path):
     project = new_framework_project(tmp_path, "opencv-dnn")
     model = project / "model_repository" / "add_sub" / "1" / "model.onnx"
     model.write_bytes(b"mine")
-    kept = subprocess.run([python, "export_model.py"], cwd=project, capture_output=True, text=True, check=False)
+    kept = subprocess.run(
+        [python, "export_model.py"], cwd=project, capture_output=True, text=True, check=False
+    )
     assert kept.returncode == 0 and "left as it is" in kept.stdout and model.read_bytes() == b"mine"
-    forced = subprocess.run([python, "export_model.py", "--force"], cwd=project, capture_output=True, text=True,
-                            check=False)
+    forced = subprocess.run(
+        [python, "export_model.py", "--force"], cwd=project, capture_output=True, text=True, check=False
+    )
     assert forced.returncode == 0 and model.read_bytes() != b"mine"
     assert not list(model.parent.glob("*.partial"))
 
@@ -141,12 +173,17 @@ def save_torch_model(python: str, source: str, path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.cpp
-def test_libtorch_backend_serves_its_example_and_a_replacement_model(tmp_path, compiler_cache, server_or_skip):
+def test_libtorch_backend_serves_its_example_and_a_replacement_model(
+    tmp_path, compiler_cache, server_or_skip
+):
     triton_sources_or_skip("r24.10")
     python = python_with_or_skip("torch")
     project = new_framework_project(tmp_path, "libtorch")
     assert (project / "cmake" / "libraries" / "torch.cmake").is_file()
-    assert not (project / "src" / "kernels.cu").exists() and not (project / "cmake" / "libraries" / "opencv_dnn.cmake").exists()
+    assert (
+        not (project / "src" / "kernels.cu").exists()
+        and not (project / "cmake" / "libraries" / "opencv_dnn.cmake").exists()
+    )
     built = run_tbgen("build", cwd=project)
     assert built.returncode == 0, built.stdout + built.stderr
     report = fuzz_passes(project)
@@ -161,10 +198,14 @@ def test_libtorch_backend_serves_its_example_and_a_replacement_model(tmp_path, c
     assert tested.returncode == 0 and " 0 failed" in tested.stdout, tested.stdout[-3000:] + tested.stderr
 
     save_torch_model(python, TORCH_MODELS["three_inputs"], model)
-    assert "model.pt's forward() takes 3 inputs, config.pbtxt declares 2 (INPUT0, INPUT1)" in load_failure(project)
+    assert "model.pt's forward() takes 3 inputs, config.pbtxt declares 2 (INPUT0, INPUT1)" in load_failure(
+        project
+    )
     save_torch_model(python, TORCH_MODELS["int_outputs"], model)
-    assert ("model.pt's output 0 ('OUTPUT0' in config.pbtxt) is INT32, config.pbtxt declares TYPE_FP32"
-            in load_failure(project))
+    assert (
+        "model.pt's output 0 ('OUTPUT0' in config.pbtxt) is INT32, config.pbtxt declares TYPE_FP32"
+        in load_failure(project)
+    )
     model.unlink()
     assert "no model file" in load_failure(project)
 
@@ -175,8 +216,21 @@ def test_libtorch_backend_serves_a_signature_of_its_own(tmp_path, compiler_cache
     triton_sources_or_skip("r24.10")
     python_with_or_skip("torch")
     project = new_framework_project(
-        tmp_path, "libtorch", "--input", "IMG:FP16:3,-1", "--input", "K:INT32:1", "--input", "MASK:BOOL:4:optional",
-        "--output", "SCORE:FP32:4", "--output", "IDS:INT64:-1", "--output", "FLAG:BOOL:2")
+        tmp_path,
+        "libtorch",
+        "--input",
+        "IMG:FP16:3,-1",
+        "--input",
+        "K:INT32:1",
+        "--input",
+        "MASK:BOOL:4:optional",
+        "--output",
+        "SCORE:FP32:4",
+        "--output",
+        "IDS:INT64:-1",
+        "--output",
+        "FLAG:BOOL:2",
+    )
     built = run_tbgen("build", cwd=project)
     assert built.returncode == 0, built.stdout + built.stderr
     fuzz_passes(project)
@@ -185,8 +239,9 @@ def test_libtorch_backend_serves_a_signature_of_its_own(tmp_path, compiler_cache
 # --- OpenCV DNN, end to end ---------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.cpp
-def test_opencv_dnn_backend_serves_its_example_and_refuses_a_model_of_other_outputs(tmp_path, compiler_cache,
-                                                                                   server_or_skip):
+def test_opencv_dnn_backend_serves_its_example_and_refuses_a_model_of_other_outputs(
+    tmp_path, compiler_cache, server_or_skip
+):
     triton_sources_or_skip("r24.10")
     python_with_or_skip("onnx")
     project = new_framework_project(tmp_path, "opencv-dnn")
@@ -196,10 +251,12 @@ def test_opencv_dnn_backend_serves_its_example_and_refuses_a_model_of_other_outp
     fuzz_passes(project)
 
     # The example of another project whose outputs are named differently.
-    other = new_framework_project(tmp_path, "opencv-dnn", "--set", "output0_name=SUM", "--set",
-                                  "output1_name=DIFF", name="other")
+    other = new_framework_project(
+        tmp_path, "opencv-dnn", "--set", "output0_name=SUM", "--set", "output1_name=DIFF", name="other"
+    )
     (other / "model_repository" / "add_sub" / "1" / "model.onnx").replace(
-        project / "model_repository" / "add_sub" / "1" / "model.onnx")
+        project / "model_repository" / "add_sub" / "1" / "model.onnx"
+    )
     failure = load_failure(project)
     assert "model.onnx has no output 'OUTPUT0' of config.pbtxt; its outputs are: " in failure
     assert "DIFF, SUM" in failure or "SUM, DIFF" in failure
@@ -210,8 +267,18 @@ def test_opencv_dnn_backend_serves_its_example_and_refuses_a_model_of_other_outp
 def test_opencv_dnn_backend_serves_a_signature_of_its_own(tmp_path, compiler_cache, server_or_skip):
     triton_sources_or_skip("r24.10")
     python_with_or_skip("onnx")
-    project = new_framework_project(tmp_path, "opencv-dnn", "--input", "IMG:FP32:6", "--input", "K:FP32:2",
-                                    "--output", "SCORE:FP32:4", "--output", "IDS:FP32:3")
+    project = new_framework_project(
+        tmp_path,
+        "opencv-dnn",
+        "--input",
+        "IMG:FP32:6",
+        "--input",
+        "K:FP32:2",
+        "--output",
+        "SCORE:FP32:4",
+        "--output",
+        "IDS:FP32:3",
+    )
     built = run_tbgen("build", cwd=project)
     assert built.returncode == 0, built.stdout + built.stderr
     fuzz_passes(project)

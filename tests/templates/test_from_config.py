@@ -15,22 +15,37 @@ CORPUS = Path(__file__).resolve().parent.parent / "model_config" / "corpus" / "v
 # Not reshape_scalar_batched: in Python the 24.10 python backend crashes the server on an empty request to an
 # input reshaped to a scalar (the fuzzer finds it; `tbgen new` says so); in C++ the server crashed under the
 # fuzzer in some runs and not in others (open: not yet diagnosed).
-PYTHON_CONFIGS = ["reshape_flatten", "optional_input_nobatch", "model_warmup_bytes", "instance_groups_multi",
-                  "bytes_variable_nobatch"]
+PYTHON_CONFIGS = [
+    "reshape_flatten",
+    "optional_input_nobatch",
+    "model_warmup_bytes",
+    "instance_groups_multi",
+    "bytes_variable_nobatch",
+]
 CPP_CONFIGS = ["reshape_variable", "optional_input_nobatch", "bf16_and_uint64"]
 
 
 def generate_and_test(tmp_path: Path, template: str, config: str) -> str:
     project = tmp_path / "p"
-    result = run_tbgen("new", str(project), "-t", template, "--no-input", "--triton-version", "24.10",
-                       "--from-config", str(CORPUS / f"{config}.pbtxt"))
+    result = run_tbgen(
+        "new",
+        str(project),
+        "-t",
+        template,
+        "--no-input",
+        "--triton-version",
+        "24.10",
+        "--from-config",
+        str(CORPUS / f"{config}.pbtxt"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for args in (("validate",), ("build",), ("test",)):
         if args == ("build",) and template != "cpp-backend":
             continue
         result = run_tbgen(*args, cwd=project)
         assert result.returncode == 0, f"tbgen {' '.join(args)}:\n{result.stdout}{result.stderr}"
-    # --fuzz 100 here (300 was run for each by hand), rerun once for the 2.51 server's own crash (fuzz_passes).
+    # --fuzz 100 here (300 was run for each by hand), rerun once for the 2.51 server's own crash
+    # (fuzz_passes).
     return fuzz_passes(project, 100)
 
 

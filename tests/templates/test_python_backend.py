@@ -93,9 +93,12 @@ def test_rendered_files_are_code_without_jinja(render_template, options, tmp_pat
 
 @pytest.mark.parametrize("dtype", ["FP32", "FP16", "INT32", "INT64"])
 @pytest.mark.parametrize("dims,max_batch_size", [("16", 8), ("2,3", 0), ("-1", 4)])
-def test_every_dtype_and_shape_renders_compiling_python(render_template, dtype, dims, max_batch_size, tmp_path):
-    project = render_template(TEMPLATE, dtype=dtype, dims=dims, max_batch_size=max_batch_size,
-                              batching="vectorized", native=True)
+def test_every_dtype_and_shape_renders_compiling_python(
+    render_template, dtype, dims, max_batch_size, tmp_path
+):
+    project = render_template(
+        TEMPLATE, dtype=dtype, dims=dims, max_batch_size=max_batch_size, batching="vectorized", native=True
+    )
     for path in project.rglob("*.py"):
         py_compile.compile(str(path), cfile=str(tmp_path / "pyc" / (path.name + "c")), doraise=True)
 
@@ -115,13 +118,24 @@ def test_default_config_is_a_batching_python_model(render_template):
     for tensor in [*config.input, *config.output]:
         assert tensor.data_type == model_config_pb2.TYPE_FP32
         assert list(tensor.dims) == [16]
-    assert [(g.kind, g.count) for g in config.instance_group] == [(model_config_pb2.ModelInstanceGroup.KIND_CPU, 1)]
+    assert [(g.kind, g.count) for g in config.instance_group] == [
+        (model_config_pb2.ModelInstanceGroup.KIND_CPU, 1)
+    ]
 
 
 def test_config_follows_the_answers(render_template):
     project = render_template(
-        TEMPLATE, dtype="INT64", dims="2,-1", max_batch_size=0, dynamic_batching=True, instance_count=3,
-        input0_name="A", input1_name="B", output0_name="SUM", output1_name="DIFF", python_based_backend=True,
+        TEMPLATE,
+        dtype="INT64",
+        dims="2,-1",
+        max_batch_size=0,
+        dynamic_batching=True,
+        instance_count=3,
+        input0_name="A",
+        input1_name="B",
+        output0_name="SUM",
+        output1_name="DIFF",
+        python_based_backend=True,
     )
     config = read_config(project)
     assert config.backend == "my_backend"
@@ -174,9 +188,18 @@ def test_tbgen_toml_is_the_contract(render_template, options):
 
 def test_default_model_is_the_lean_per_request_path(render_template):
     model = model_file(render_template(TEMPLATE)).read_text()
-    for needle in ("def auto_complete_config", "def initialize", "def execute", "def finalize", "pb_utils.Logger",
-                   "request.is_cancelled()", "pb_utils.TritonError.CANCELLED", "triton_string_to_numpy",
-                   "get_input_tensor_by_name", "def compute("):
+    for needle in (
+        "def auto_complete_config",
+        "def initialize",
+        "def execute",
+        "def finalize",
+        "pb_utils.Logger",
+        "request.is_cancelled()",
+        "pb_utils.TritonError.CANCELLED",
+        "triton_string_to_numpy",
+        "get_input_tensor_by_name",
+        "def compute(",
+    ):
         assert needle in model, needle
     assert model.count("get_input_tensor_by_name") == 1  # one read per input, in one loop
     assert "np.concatenate" not in model
@@ -228,8 +251,9 @@ def auto_complete(model_py: Path, pb_utils_dir: Path, config: dict) -> dict:
 
 def test_auto_complete_fills_a_config_less_model(render_template, pb_utils_dir):
     project = render_template(TEMPLATE, dtype="FP16", dims="2,3", max_batch_size=4)
-    config = auto_complete(model_file(project), pb_utils_dir,
-                           {"name": "add_sub", "max_batch_size": 0, "input": [], "output": []})
+    config = auto_complete(
+        model_file(project), pb_utils_dir, {"name": "add_sub", "max_batch_size": 0, "input": [], "output": []}
+    )
     assert config["max_batch_size"] == 4
     assert "dynamic_batching" in config
     tensors = {t["name"]: (t["data_type"], t["dims"]) for t in config["input"] + config["output"]}
@@ -238,8 +262,12 @@ def test_auto_complete_fills_a_config_less_model(render_template, pb_utils_dir):
 
 def test_auto_complete_keeps_what_the_config_declares(render_template, pb_utils_dir):
     project = render_template(TEMPLATE)
-    declared = {"name": "add_sub", "max_batch_size": 0,
-                "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [5]}], "output": []}
+    declared = {
+        "name": "add_sub",
+        "max_batch_size": 0,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [5]}],
+        "output": [],
+    }
     config = auto_complete(model_file(project), pb_utils_dir, json.loads(json.dumps(declared)))
     assert config["max_batch_size"] == 0  # declared inputs: the file's batching choice stands
     assert "dynamic_batching" not in config
@@ -252,7 +280,9 @@ def test_auto_complete_keeps_what_the_config_declares(render_template, pb_utils_
 
 
 def test_dockerfile_builds_on_the_release_image(render_template):
-    plain = (render_template(TEMPLATE, project_name="plain", triton_version="24.10") / "Dockerfile").read_text()
+    plain = (
+        render_template(TEMPLATE, project_name="plain", triton_version="24.10") / "Dockerfile"
+    ).read_text()
     assert "ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in plain
     assert "AS build" not in plain and "backends/" not in plain
     combined = render_template(TEMPLATE, project_name="both", native=True, python_based_backend=True)
@@ -277,7 +307,10 @@ def test_project_tests_skip_with_a_reason_without_a_server(render_template, tmp_
     closed = "127.0.0.1:9"  # discard port: nothing listens there
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
-        cwd=project, capture_output=True, text=True, timeout=300,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={"PATH": str(Path(sys.executable).parent), "TRITON_HTTP_URL": closed, "TRITON_GRPC_URL": closed},
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -326,7 +359,9 @@ def test_reference_without_batching(render_template):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["FP32", "FP16"])
-def test_native_extension_builds_warning_free_and_matches_reference(render_template, require_pybind11, dtype, tmp_path):
+def test_native_extension_builds_warning_free_and_matches_reference(
+    render_template, require_pybind11, dtype, tmp_path
+):
     # A backend name per dtype, so that each build is a distinct extension module in this process.
     backend = f"native_{dtype.lower()}"
     project = render_template(TEMPLATE, project_name=backend, dtype=dtype, dims="3,-1", native=True)
@@ -336,7 +371,9 @@ def test_native_extension_builds_warning_free_and_matches_reference(render_templ
         assert flag in flags
     version_dir = project / "model_repository" / "add_sub" / "1"
     modules = list(version_dir.glob(f"{backend}_native.*.so"))
-    assert len(modules) == 1, f"the module was not installed next to model.py: {sorted(version_dir.iterdir())}"
+    assert len(modules) == 1, (
+        f"the module was not installed next to model.py: {sorted(version_dir.iterdir())}"
+    )
 
     native = load_module(modules[0], f"{backend}_native")
     reference = load_module(project / "reference.py")
@@ -412,15 +449,28 @@ def assert_same_outputs(actual: dict, expected: dict, tolerance: dict) -> None:
 def test_signature_model_names_each_tensor_and_shows_the_decoding(render_template, batching, tmp_path):
     project = render_template(TEMPLATE, signature=MIXED, batching=batching)
     model = model_file(project).read_text()
-    for line in ('text = inputs["TEXT"]  # BYTES [batch, 1]', 'lang = inputs["LANG"]', 'img = inputs["IMG"]',
-                 'k = inputs["K"]', "if lang is not None:", 'strings = [s.decode("utf-8", "replace") for s in text.flat]',
-                 '"TOKENS": ("TYPE_INT64", [-1])', "tokens = filled(n, (1,), np.int64)", '"LABEL": label,'):
+    for line in (
+        'text = inputs["TEXT"]  # BYTES [batch, 1]',
+        'lang = inputs["LANG"]',
+        'img = inputs["IMG"]',
+        'k = inputs["K"]',
+        "if lang is not None:",
+        'strings = [s.decode("utf-8", "replace") for s in text.flat]',
+        '"TOKENS": ("TYPE_INT64", [-1])',
+        "tokens = filled(n, (1,), np.int64)",
+        '"LABEL": label,',
+    ):
         assert line in model, line
     assert ("np.concatenate" in model) == (batching == "vectorized")
     assert "INPUT0" not in model and "OUTPUT0" not in model
     py_compile.compile(str(model_file(project)), cfile=str(tmp_path / "model.pyc"), doraise=True)
     config = read_config(project)
-    assert [(t.name, t.optional) for t in config.input] == [("TEXT", False), ("LANG", True), ("IMG", False), ("K", False)]
+    assert [(t.name, t.optional) for t in config.input] == [
+        ("TEXT", False),
+        ("LANG", True),
+        ("IMG", False),
+        ("K", False),
+    ]
     assert [t.name for t in config.output] == ["TOKENS", "LABEL", "SCORE"]
 
 
@@ -459,25 +509,43 @@ def test_auto_complete_leaves_tensors_and_batching_to_model_py(render_template, 
     assert not config.input and not config.output and not config.HasField("dynamic_batching")
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
     # What the server hands auto_complete_config for this config.pbtxt: no tensors, max_batch_size 0.
-    completed = auto_complete(model_file(project), pb_utils_dir,
-                              {"name": config.name, "backend": "python", "max_batch_size": 0, "input": [], "output": []})
+    completed = auto_complete(
+        model_file(project),
+        pb_utils_dir,
+        {"name": config.name, "backend": "python", "max_batch_size": 0, "input": [], "output": []},
+    )
     assert completed["max_batch_size"] == 8 and "dynamic_batching" in completed
     tensors = {t["name"]: (t["data_type"], t["dims"], t.get("optional", False)) for t in completed["input"]}
-    assert tensors == {"TEXT": ("TYPE_STRING", [1], False), "LANG": ("TYPE_STRING", [1], True),
-                       "IMG": ("TYPE_FP16", [3, -1], False), "K": ("TYPE_INT32", [1], False)}
+    assert tensors == {
+        "TEXT": ("TYPE_STRING", [1], False),
+        "LANG": ("TYPE_STRING", [1], True),
+        "IMG": ("TYPE_FP16", [3, -1], False),
+        "K": ("TYPE_INT32", [1], False),
+    }
     assert [(t["name"], t["data_type"], t["dims"]) for t in completed["output"]] == [
-        ("TOKENS", "TYPE_INT64", [-1]), ("LABEL", "TYPE_STRING", [1]), ("SCORE", "TYPE_FP32", [4])]
+        ("TOKENS", "TYPE_INT64", [-1]),
+        ("LABEL", "TYPE_STRING", [1]),
+        ("SCORE", "TYPE_FP32", [4]),
+    ]
     # Without auto_complete the config declares everything itself.
-    assert read_config(render_template(TEMPLATE, project_name="declared", signature=MIXED)).max_batch_size == 8
+    assert (
+        read_config(render_template(TEMPLATE, project_name="declared", signature=MIXED)).max_batch_size == 8
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("answers", [
-    {"signature": MIXED, "batching": "vectorized"},
-    {"signature": MIXED, "auto_complete": True},
-    {"dtype": "BYTES", "dims": "-1"},
-], ids=["mixed-vectorized", "mixed-auto_complete", "add_sub-BYTES"])
-def test_signature_projects_pass_the_smoke_suite_in_the_embedded_server(render_template, server_or_skip, answers):
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {"signature": MIXED, "batching": "vectorized"},
+        {"signature": MIXED, "auto_complete": True},
+        {"dtype": "BYTES", "dims": "-1"},
+    ],
+    ids=["mixed-vectorized", "mixed-auto_complete", "add_sub-BYTES"],
+)
+def test_signature_projects_pass_the_smoke_suite_in_the_embedded_server(
+    render_template, server_or_skip, answers
+):
     """Rendered, served by the embedded tritonserver and smoke-tested: outputs equal reference.py's over HTTP
     and gRPC, every batch size, concurrent (dynamically batched) requests, bad requests refused."""
     from triton_backend_gen.runtime import prepare_server
@@ -495,30 +563,43 @@ def test_signature_projects_pass_the_smoke_suite_in_the_embedded_server(render_t
 
 
 def _without(text: str, start: str, end: str, instead: str = "") -> str:
-    """``text`` with ``instead`` for its lines from the one holding ``start`` through the one holding ``end``."""
+    """``text`` with ``instead`` for its lines from the one holding ``start`` through the one holding
+    ``end``."""
     lines = text.splitlines(keepends=True)
     first = next(i for i, line in enumerate(lines) if start in line)
     last = next(i for i, line in enumerate(lines) if end in line and i >= first)
-    return "".join(lines[:first]) + instead + "".join(lines[last + 1:])
+    return "".join(lines[:first]) + instead + "".join(lines[last + 1 :])
 
 
 @pytest.mark.parametrize("batching", ["per_request", "vectorized"])
 def test_the_placeholder_and_its_helpers_go_together(render_template, pb_utils_dir, batching):
-    """Deleting the marked placeholder (its computation and its helpers) and writing a computation of one's own
-    leaves model.py and reference.py working: no helper is left behind as dead code, nothing else needed one."""
+    """Deleting the marked placeholder (its computation and its helpers) and writing a computation of one's
+    own leaves model.py and reference.py working: no helper is left behind as dead code, nothing else needed
+    one."""
     project = render_template(TEMPLATE, signature=MIXED, batching=batching)
-    own = ('    return {"TOKENS": np.zeros((len(text), 2), np.int64), "LABEL": np.full((len(text), 1), b"x", object),\n'
-           '            "SCORE": np.ones((len(text), 4), np.float32)}\n')
+    own = (
+        '    return {"TOKENS": np.zeros((len(text), 2), np.int64), "LABEL": np.full((len(text), 1), b"x", '
+        'object),\n            "SCORE": np.ones((len(text), 4), np.float32)}\n'
+    )
     model = model_file(project)
-    text = _without(model.read_text(), "# ---- The placeholder's helpers", "# ---- End of the placeholder's helpers")
-    model.write_text(_without(text, "    # ---- The placeholder", "    }", own))  # the placeholder, down to its return
+    text = _without(
+        model.read_text(), "# ---- The placeholder's helpers", "# ---- End of the placeholder's helpers"
+    )
+    model.write_text(
+        _without(text, "    # ---- The placeholder", "    }", own)
+    )  # the placeholder, down to its return
     reference = project / "reference.py"
-    text = _without(reference.read_text(), "# ---- The placeholder computation", "# ---- End of the placeholder")
+    text = _without(
+        reference.read_text(), "# ---- The placeholder computation", "# ---- End of the placeholder"
+    )
     reference.write_text(text + '\n\ndef compute(inputs):\n    text = inputs["TEXT"]\n' + own)
     served, expected = load_model(model, pb_utils_dir), load_module(reference)
     for name in ("nonzero_count", "byte_count", "filled"):
         assert not hasattr(served, name)
     assert not hasattr(expected, "row_counts") and not hasattr(expected, "as_datatype")
     inputs = expected.make_inputs(3, seed=1)
-    assert_same_outputs(served.compute({n: inputs.get(n) for n in served.INPUTS}), expected.compute(inputs),
-                        expected.TOLERANCE)
+    assert_same_outputs(
+        served.compute({n: inputs.get(n) for n in served.INPUTS}),
+        expected.compute(inputs),
+        expected.TOLERANCE,
+    )

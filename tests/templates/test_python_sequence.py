@@ -1,8 +1,9 @@
 """Sequence (stateful) models and custom metrics of the python-backend template, in the embedded 2.51 server:
-the direct strategy (uint64 correlation IDs) and the oldest one (string IDs) each serve 8 interleaved sequences
-with every response equal to reference.compute_sequence(), restart a correlation ID from zero, refuse a sequence
-that Triton ended for being idle, and publish custom metrics that agree with Triton's own statistics; a
-stateless model's custom metrics agree too. Offline: the model.py of every combination compiles."""
+the direct strategy (uint64 correlation IDs) and the oldest one (string IDs) each serve 8 interleaved
+sequences with every response equal to reference.compute_sequence(), restart a correlation ID from zero,
+refuse a sequence that Triton ended for being idle, and publish custom metrics that agree with Triton's own
+statistics; a stateless model's custom metrics agree too. Offline: the model.py of every combination
+compiles."""
 
 from __future__ import annotations
 
@@ -27,15 +28,28 @@ from triton_backend_gen.smoke import load_reference
 MODEL = "accumulate"
 SEQUENCES = 8
 STEPS = 6
-IDLE_WAIT_S = 6.5  # config.pbtxt's max_sequence_idle_microseconds is 5 s; Triton's reaper takes a moment more
+# The tests shorten config.pbtxt's max_sequence_idle_microseconds (5 s) to 1 s, and wait for Triton's reaper,
+# which takes a moment more, to end an idle sequence.
+IDLE_TIMEOUT_US = 1_000_000
+IDLE_WAIT_S = 2.5
 
 
 def new_sequence_project(tmp_path: Path, strategy: str, corrid: str, dtype: str, dims: str) -> Path:
-    return new_project(tmp_path, "python-backend", f"sequence={strategy}", f"correlation_id={corrid}",
-                       f"dtype={dtype}", f"dims={dims}", "custom_metrics=yes", name=f"seq-{strategy}")
+    return new_project(
+        tmp_path,
+        "python-backend",
+        f"sequence={strategy}",
+        f"correlation_id={corrid}",
+        f"dtype={dtype}",
+        f"dims={dims}",
+        "custom_metrics=yes",
+        name=f"seq-{strategy}",
+    )
 
 
-def infer(client, reference, inputs: dict[str, np.ndarray], sequence_id, *, start=False, end=False) -> np.ndarray:
+def infer(
+    client, reference, inputs: dict[str, np.ndarray], sequence_id, *, start=False, end=False
+) -> np.ndarray:
     """One request of a sequence; its OUTPUT."""
     tensors = []
     for name, array in inputs.items():
@@ -50,7 +64,9 @@ def assert_step(reference, sent: list[dict], got: dict, context: str) -> None:
     expected = reference.compute_sequence(sent)[-1]
     for name, array in expected.items():
         assert got[name].dtype == array.dtype and got[name].shape == array.shape, (context, got[name], array)
-        np.testing.assert_array_equal(got[name], array, err_msg=f"{context}: {name} after {len(sent)} requests")
+        np.testing.assert_array_equal(
+            got[name], array, err_msg=f"{context}: {name} after {len(sent)} requests"
+        )
 
 
 def run_interleaved(url: str, reference, ids: list) -> None:
@@ -68,7 +84,9 @@ def run_interleaved(url: str, reference, ids: list) -> None:
                 barrier.wait(timeout=60)
                 time.sleep(jitter.uniform(0, 0.004))
                 sent.append(reference.make_inputs(1, seed=1000 * index + position))
-                got = infer(client, reference, sent[-1], ids[index], start=position == 0, end=position == STEPS - 1)
+                got = infer(
+                    client, reference, sent[-1], ids[index], start=position == 0, end=position == STEPS - 1
+                )
                 assert_step(reference, sent, got, f"sequence {ids[index]!r}")
         except Exception as err:  # noqa: BLE001 - reported below, with the other threads'
             failures.append(f"sequence {ids[index]!r}: {err!r}")
@@ -83,8 +101,8 @@ def run_interleaved(url: str, reference, ids: list) -> None:
 
 
 def metric_samples(url: str, family: str, model: str) -> dict[str, float]:
-    """The samples of metric ``family`` labelled with ``model`` on the metrics endpoint, by suffix ("", "_count",
-    "_sum", "_bucket" + its le label); asserts their labels are the model's name and version."""
+    """The samples of metric ``family`` labelled with ``model`` on the metrics endpoint, by suffix ("",
+    "_count", "_sum", "_bucket" + its le label); asserts their labels are the model's name and version."""
     text = urllib.request.urlopen(f"http://{url}/metrics", timeout=10).read().decode()
     samples = {}
     for line in text.splitlines():
@@ -101,8 +119,8 @@ def metric_samples(url: str, family: str, model: str) -> dict[str, float]:
 
 
 def assert_metrics_agree_with_statistics(triton, model: str) -> None:
-    """The contract of custom_metrics: execution_batch_size's _count is the model's execution_count and its _sum
-    the inference_count (Triton's statistics), and requests_process_latency_ns has counted time."""
+    """The contract of custom_metrics: execution_batch_size's _count is the model's execution_count and its
+    _sum the inference_count (Triton's statistics), and requests_process_latency_ns has counted time."""
     stats = json.load(urllib.request.urlopen(f"http://{triton.http_url}/v2/models/{model}/stats", timeout=10))
     model_stats = stats["model_stats"][0]
     histogram = metric_samples(triton.metrics_url, "execution_batch_size", model)
@@ -114,17 +132,23 @@ def assert_metrics_agree_with_statistics(triton, model: str) -> None:
     assert latency[""] > 0, latency
 
 
-@pytest.mark.parametrize(("strategy", "corrid", "dtype", "dims"), [
-    ("direct", "uint64", "INT8", "2,3"),
-    ("oldest", "string", "UINT8", "5"),
-])
-def test_sequences_keep_their_own_state_restart_and_expire(tmp_path, server_or_skip, strategy, corrid, dtype, dims):
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("strategy", "corrid", "dtype", "dims"),
+    [
+        ("direct", "uint64", "INT8", "2,3"),
+        ("oldest", "string", "UINT8", "5"),
+    ],
+)
+def test_sequences_keep_their_own_state_restart_and_expire(
+    tmp_path, server_or_skip, strategy, corrid, dtype, dims
+):
     project = new_sequence_project(tmp_path, strategy, corrid, dtype, dims)
+    config = project / "model_repository" / MODEL / "config.pbtxt"
+    text = config.read_text()
+    assert "max_sequence_idle_microseconds: 5000000" in text
+    config.write_text(text.replace("5000000", str(IDLE_TIMEOUT_US)))
     reference = load_reference(project)
-    model_py = (project / "model_repository" / MODEL / "1" / "model.py").read_text()
-    assert "def step(" in model_py and "Your logic goes here" in model_py
-    readme = (project / "README.md").read_text()
-    assert "implicit state" in readme and "8002" in readme and "execution_batch_size" in readme
 
     def sequence_id(index: int):
         return f"seq-{index}-{strategy}" if corrid == "string" else 1000 + index
@@ -156,15 +180,19 @@ def test_sequences_keep_their_own_state_restart_and_expire(tmp_path, server_or_s
         with pytest.raises(InferenceServerException, match="START"):
             infer(client, reference, reference.make_inputs(1, seed=12), idle)
         sent = [reference.make_inputs(1, seed=13)]
-        assert_step(reference, sent, infer(client, reference, sent[0], idle, start=True, end=True), "after idling")
+        assert_step(
+            reference, sent, infer(client, reference, sent[0], idle, start=True, end=True), "after idling"
+        )
 
         assert_metrics_agree_with_statistics(triton, MODEL)
 
 
+@pytest.mark.slow
 def test_custom_metrics_of_a_stateless_model_agree_with_statistics(tmp_path, server_or_skip):
     """The add/sub example with dynamic batching: requests of 1 to 4 rows from several threads."""
     project = new_project(tmp_path, "python-backend", "custom_metrics=yes", "dims=4", name="metrics")
     with start_server(load_project(project)) as triton:
+
         def run(index: int) -> None:
             client = grpcclient.InferenceServerClient(triton.grpc_url)
             for position in range(10):
@@ -184,16 +212,19 @@ def test_custom_metrics_of_a_stateless_model_agree_with_statistics(tmp_path, ser
         assert_metrics_agree_with_statistics(triton, "add_sub")
 
 
-@pytest.mark.parametrize("answers", [
-    {"sequence": "direct", "max_batch_size": 0},
-    {"sequence": "direct", "correlation_id": "string", "dtype": "FP16", "custom_metrics": True},
-    {"sequence": "oldest", "dtype": "FP64", "batching": "vectorized"},
-    {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "max_batch_size": 1},
-    {"custom_metrics": True, "batching": "vectorized"},
-    {"custom_metrics": True, "max_batch_size": 0},
-    {"custom_metrics": True, "native": True},
-    {"custom_metrics": True, "python_based_backend": True},
-])
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {"sequence": "direct", "max_batch_size": 0},
+        {"sequence": "direct", "correlation_id": "string", "dtype": "FP16", "custom_metrics": True},
+        {"sequence": "oldest", "dtype": "FP64", "batching": "vectorized"},
+        {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "max_batch_size": 1},
+        {"custom_metrics": True, "batching": "vectorized"},
+        {"custom_metrics": True, "max_batch_size": 0},
+        {"custom_metrics": True, "native": True},
+        {"custom_metrics": True, "python_based_backend": True},
+    ],
+)
 def test_every_combination_renders_a_model_py_that_compiles(render_template, answers):
     project = render_template("python-backend", triton_version="24.10", **answers)
     models = list(project.glob("model_repository/*/1/model.py")) + list(project.glob("backends/*/model.py"))

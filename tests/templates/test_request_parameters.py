@@ -2,9 +2,9 @@
 string; "untagged" when absent), answers it in every response as the response parameter "tag", and refuses a
 "tag" of another type with INVALID_ARG naming the parameter and the type it got.
 
-The served tests send requests over HTTP and gRPC with tag="x", with no tag and with an integer tag (HTTP: a JSON
-number, gRPC: int64_param) to a built C++ backend (stateless, and a sequence model) and to Python models in the
-embedded 24.10 server, whose python backend answers without response parameters (they came in 25.02).
+The served tests send requests over HTTP and gRPC with tag="x", with no tag and with an integer tag (HTTP: a
+JSON number, gRPC: int64_param) to a built C++ backend (stateless, and a sequence model) and to Python models
+in the embedded 24.10 server, whose python backend answers without response parameters (they came in 25.02).
 """
 
 from __future__ import annotations
@@ -26,20 +26,28 @@ TAG_ERROR = "request parameter 'tag' must be a string, got INT"
 
 
 def render(directory: Path, template: str, **given) -> Path:
-    answers = resolve_answers(get_template(template), {"project_name": "rp", "triton_version": "24.10", **given})
+    answers = resolve_answers(
+        get_template(template), {"project_name": "rp", "triton_version": "24.10", **given}
+    )
     return render_into(get_template(template), answers, directory)
 
 
 # --------------------------------------------------------------------------- rendering
 
 
-@pytest.mark.parametrize("given", [{}, {"sequence": "oldest"}, {"pattern": "bls", "model_name": "router"},
-                                   {"framework": "opencv-dnn"}])
+@pytest.mark.parametrize(
+    "given",
+    [{}, {"sequence": "oldest"}, {"pattern": "bls", "model_name": "router"}, {"framework": "opencv-dnn"}],
+)
 def test_cpp_backend_reads_and_answers_the_tag_only_when_asked(tmp_path, given):
     off = (render(tmp_path / "off", "cpp-backend", **given) / "src" / "rp.cc").read_text()
     on_project = render(tmp_path / "on", "cpp-backend", request_parameters=True, **given)
     on = (on_project / "src" / "rp.cc").read_text()
-    for text in ("TRITONBACKEND_RequestParameter", "TRITONBACKEND_ResponseSetStringParameter", "kTagParameter"):
+    for text in (
+        "TRITONBACKEND_RequestParameter",
+        "TRITONBACKEND_ResponseSetStringParameter",
+        "kTagParameter",
+    ):
         assert text not in off, text
         assert text in on, text
     assert on.count("AnswerRequestParameters(") == 2  # defined, and called where the responses are made
@@ -48,8 +56,17 @@ def test_cpp_backend_reads_and_answers_the_tag_only_when_asked(tmp_path, given):
     assert 'parameters = { tag = "untagged" }' in (on_project / "tbgen.toml").read_text()
 
 
-@pytest.mark.parametrize("given", [{}, {"batching": "vectorized"}, {"sequence": "direct"}, {"sequence": "oldest"},
-                                   {"python_based_backend": True}, {"native": True}])
+@pytest.mark.parametrize(
+    "given",
+    [
+        {},
+        {"batching": "vectorized"},
+        {"sequence": "direct"},
+        {"sequence": "oldest"},
+        {"python_based_backend": True},
+        {"native": True},
+    ],
+)
 def test_python_backend_reads_the_tag_and_detects_response_parameters(tmp_path, given):
     off_project = render(tmp_path / "off", "python-backend", **given)
     on_project = render(tmp_path / "on", "python-backend", request_parameters=True, **given)
@@ -62,12 +79,13 @@ def test_python_backend_reads_the_tag_and_detects_response_parameters(tmp_path, 
     assert "## Request parameters" in readme and "25.02" in readme and "24.10" in readme
 
 
-# --------------------------------------------------------------------------- model.py with a stand-in python backend
+# -------------------------------------------------------------------- model.py with a stand-in python backend
 
 
 def stand_in_pb_utils(response_parameters: bool) -> types.ModuleType:
     """Enough of the python backend's triton_python_backend_utils for execute(): its InferenceResponse takes
-    ``parameters`` as from release 25.02 on (``response_parameters``), or refuses them as before (TypeError)."""
+    ``parameters`` as from release 25.02 on (``response_parameters``), or refuses them as before
+    (TypeError)."""
     pb = types.ModuleType("triton_python_backend_utils")
 
     class TritonError:
@@ -95,17 +113,25 @@ def stand_in_pb_utils(response_parameters: bool) -> types.ModuleType:
 
     pb.TritonError, pb.Tensor, pb.InferenceResponse = TritonError, Tensor, InferenceResponse
     pb.get_input_config_by_name, pb.get_output_config_by_name = find("input"), find("output")
-    pb.triton_string_to_numpy = lambda name: np.dtype(name.removeprefix("TYPE_").lower().replace("fp", "float"))
+    pb.triton_string_to_numpy = lambda name: np.dtype(
+        name.removeprefix("TYPE_").lower().replace("fp", "float")
+    )
     pb.get_input_tensor_by_name = lambda request, name: request.tensors.get(name)
-    pb.Logger = types.SimpleNamespace(**{f"log_{level}": lambda *_: None for level in
-                                         ("info", "warn", "error", "verbose")})
+    pb.Logger = types.SimpleNamespace(
+        **{f"log_{level}": lambda *_: None for level in ("info", "warn", "error", "verbose")}
+    )
     return pb
 
 
 class StandInRequest:
     def __init__(self, inputs: dict, parameters: dict, **controls):
-        self.tensors = {name: types.SimpleNamespace(as_numpy=lambda a=array: a) for name, array in
-                        {**inputs, **{k: np.array([[int(v)]], np.int32) for k, v in controls.items()}}.items()}
+        self.tensors = {
+            name: types.SimpleNamespace(as_numpy=lambda a=array: a)
+            for name, array in {
+                **inputs,
+                **{k: np.array([[int(v)]], np.int32) for k, v in controls.items()},
+            }.items()
+        }
         self._parameters = json.dumps(parameters)
 
     def parameters(self):
@@ -120,7 +146,9 @@ class StandInRequest:
 
 @pytest.mark.parametrize("response_parameters", [True, False], ids=["25.02", "24.10"])
 @pytest.mark.parametrize("given", [{}, {"batching": "vectorized"}, {"sequence": "direct"}])
-def test_python_model_answers_the_tag_where_the_backend_can(tmp_path, monkeypatch, given, response_parameters):
+def test_python_model_answers_the_tag_where_the_backend_can(
+    tmp_path, monkeypatch, given, response_parameters
+):
     from google.protobuf.json_format import MessageToDict
 
     from triton_backend_gen.smoke import load_reference
@@ -132,14 +160,22 @@ def test_python_model_answers_the_tag_where_the_backend_can(tmp_path, monkeypatc
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     try:  # with the enums left at their default (CONTROL_SEQUENCE_START is 0), as Triton writes the config
-        config = MessageToDict(read_config(project), preserving_proto_field_name=True,
-                               including_default_value_fields=True)
+        config = MessageToDict(
+            read_config(project), preserving_proto_field_name=True, including_default_value_fields=True
+        )
     except TypeError:  # protobuf >= 26 renamed the option
-        config = MessageToDict(read_config(project), preserving_proto_field_name=True,
-                               always_print_fields_with_no_presence=True)
+        config = MessageToDict(
+            read_config(project), preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
     model = module.TritonPythonModel()
-    model.initialize({"model_name": config["name"], "model_config": json.dumps(config), "model_version": "1",
-                      "model_instance_name": "rp_0"})
+    model.initialize(
+        {
+            "model_name": config["name"],
+            "model_config": json.dumps(config),
+            "model_version": "1",
+            "model_instance_name": "rp_0",
+        }
+    )
     assert model.response_parameters is response_parameters
     reference = load_reference(project)
     inputs = reference.make_inputs(1, seed=5)
@@ -147,7 +183,7 @@ def test_python_model_answers_the_tag_where_the_backend_can(tmp_path, monkeypatc
     sent = [{"tag": "x"}, {}, {"tag": 5}, {"tag": True}]
     responses = model.execute([StandInRequest(inputs, parameters, **controls) for parameters in sent])
     expected = reference.compute_sequence([inputs])[-1] if controls else reference.compute(inputs)
-    for response, tag in zip(responses[:2], ("x", "untagged")):
+    for response, tag in zip(responses[:2], ("x", "untagged"), strict=True):
         assert response.error is None
         for name, array in expected.items():
             np.testing.assert_allclose(response.outputs[name], array)
@@ -179,24 +215,33 @@ def response_tag(result, protocol: str):
 
 
 def check_round_trip(triton, model: str, reference, *, answers_tag: bool, sequence: bool = False) -> None:
-    """tag="x", no tag and an integer tag over HTTP and gRPC: the outputs as the reference computes them, the tag
-    answered back (when ``answers_tag``), and INVALID_ARG for the integer."""
+    """tag="x", no tag and an integer tag over HTTP and gRPC: the outputs as the reference computes them, the
+    tag answered back (when ``answers_tag``), and INVALID_ARG for the integer."""
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
     from tritonclient.utils import InferenceServerException
 
     batch = 1 if reference.MAX_BATCH_SIZE > 0 else None
-    for protocol, module, url in (("http", httpclient, triton.http_url), ("grpc", grpcclient, triton.grpc_url)):
+    for protocol, module, url in (
+        ("http", httpclient, triton.http_url),
+        ("grpc", grpcclient, triton.grpc_url),
+    ):
         client = module.InferenceServerClient(url)
         try:
             for n, (sent, expected) in enumerate((("x", "x"), (None, "untagged"))):
                 made, inputs = tensors(module, reference, batch)
-                options = {"sequence_id": 7000 + n, "sequence_start": True, "sequence_end": True} if sequence else {}
+                options = (
+                    {"sequence_id": 7000 + n, "sequence_start": True, "sequence_end": True}
+                    if sequence
+                    else {}
+                )
                 parameters = None if sent is None else {"tag": sent}
                 result = client.infer(model, made, parameters=parameters, **options)
                 outputs = reference.compute_sequence([inputs])[-1] if sequence else reference.compute(inputs)
                 for name, array in outputs.items():
-                    np.testing.assert_allclose(result.as_numpy(name).astype(np.float64), array.astype(np.float64))
+                    np.testing.assert_allclose(
+                        result.as_numpy(name).astype(np.float64), array.astype(np.float64)
+                    )
                 assert response_tag(result, protocol) == (expected if answers_tag else None), (protocol, sent)
             made, _ = tensors(module, reference, batch)
             options = {"sequence_id": 7100, "sequence_start": True, "sequence_end": True} if sequence else {}
@@ -229,7 +274,9 @@ def test_cpp_backend_answers_the_tag(tmp_path, compiler_cache, server_or_skip):
     triton_sources_or_skip("r24.10")
     project = new_built(tmp_path, "tagged")
     with start_server(load_project(project)) as triton:
-        check_round_trip(triton, load_project(project).models[0].name, load_reference(project), answers_tag=True)
+        check_round_trip(
+            triton, load_project(project).models[0].name, load_reference(project), answers_tag=True
+        )
 
 
 @pytest.mark.cpp
@@ -253,8 +300,12 @@ def test_cpp_sequence_model_answers_the_tag_and_keeps_its_state(tmp_path, compil
             history = []
             for step, (tag, last) in enumerate((("a", False), (5, False), (None, False), ("c", True))):
                 made, inputs = tensors(grpcclient, reference, 1, seed=step)
-                call = {"sequence_id": 4242, "sequence_start": step == 0, "sequence_end": last,
-                        "parameters": None if tag is None else {"tag": tag}}
+                call = {
+                    "sequence_id": 4242,
+                    "sequence_start": step == 0,
+                    "sequence_end": last,
+                    "parameters": None if tag is None else {"tag": tag},
+                }
                 if isinstance(tag, int):
                     with pytest.raises(InferenceServerException, match=TAG_ERROR):
                         client.infer(model, made, **call)
@@ -267,8 +318,9 @@ def test_cpp_sequence_model_answers_the_tag_and_keeps_its_state(tmp_path, compil
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sets", [[], ["batching=vectorized"], ["sequence=direct"]], ids=["per_request",
-                                                                                           "vectorized", "direct"])
+@pytest.mark.parametrize(
+    "sets", [[], ["batching=vectorized"], ["sequence=direct"]], ids=["per_request", "vectorized", "direct"]
+)
 def test_python_backend_reads_the_tag_on_24_10(tmp_path, server_or_skip, sets):
     """The 24.10 python backend has no response parameters: answered right, without the tag, and the bad tag
     refused."""
@@ -278,5 +330,10 @@ def test_python_backend_reads_the_tag_on_24_10(tmp_path, server_or_skip, sets):
 
     project = new_project(tmp_path, "python-backend", "request_parameters=yes", *sets, name="pytagged")
     with start_server(load_project(project)) as triton:
-        check_round_trip(triton, load_project(project).models[0].name, load_reference(project), answers_tag=False,
-                         sequence=bool(sets and sets[0].startswith("sequence")))
+        check_round_trip(
+            triton,
+            load_project(project).models[0].name,
+            load_reference(project),
+            answers_tag=False,
+            sequence=bool(sets and sets[0].startswith("sequence")),
+        )

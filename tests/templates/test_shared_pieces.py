@@ -1,8 +1,8 @@
 """The C++ templates are one family: the pieces they share live once, in templates/_shared/.
 
-Each family member reaches them through its own templates/ folder (the second directory of cookiecutter's Jinja
-loader), whose entries are relative links into _shared/; plain cookiecutter, `tbgen new` and the wheel (which
-stores the files the links point to) render the same projects (tests/scaffold, tests/packaging)."""
+Each family member reaches them through its own templates/ folder (the second directory of cookiecutter's
+Jinja loader), whose entries are relative links into _shared/; plain cookiecutter, `tbgen new` and the wheel
+(which stores the files the links point to) render the same projects (tests/scaffold, tests/packaging)."""
 
 from __future__ import annotations
 
@@ -47,10 +47,17 @@ def test_both_sources_use_the_shared_backend_api(render_template, template):
     project = render_template(template)
     source = (project / "src" / "my_backend.cc").read_text()
     # one definition of each entry point and of the shared helpers, from _shared/
-    for name in ("TRITONBACKEND_Initialize(", "TRITONBACKEND_ModelInstanceExecute(", "ValidateTensors(",
-                 "NewPerRequest(", "class ModelState : public BackendModel"):
+    for name in (
+        "TRITONBACKEND_Initialize(",
+        "TRITONBACKEND_ModelInstanceExecute(",
+        "ValidateTensors(",
+        "NewPerRequest(",
+        "class ModelState : public BackendModel",
+    ):
         assert source.count(f"\n{name}") == 1, name
     # the error contract: responses (or response factories) first, or the error back to Triton
-    create = "TRITONBACKEND_ResponseFactoryNew" if template == "decoupled-backend" else "TRITONBACKEND_ResponseNew"
+    create = (
+        "TRITONBACKEND_ResponseFactoryNew" if template == "decoupled-backend" else "TRITONBACKEND_ResponseNew"
+    )
     assert f"RETURN_IF_ERROR(NewPerRequest(\n      requests, request_count, {create}," in source
     assert "return reinterpret_cast<ModelInstanceState*>(vstate)->ProcessRequests(" in source

@@ -1,5 +1,6 @@
-"""`tbgen templates check`: the whole matrix is clean, each kind of defect in a rendered project is caught, and
-with --smoke every C++ variant builds at each release, loads into the embedded server and passes the suite."""
+"""`tbgen templates check`: the whole matrix is clean, each kind of defect in a rendered project is caught,
+and with --smoke every C++ variant builds at each release, loads into the embedded server and passes the
+suite."""
 
 import math
 
@@ -7,7 +8,6 @@ import pytest
 from conftest import cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen import versions
-from triton_backend_gen.project import load_project
 from triton_backend_gen.commands.templates_check import (
     FEATURE_KEYS,
     SIGNATURES,
@@ -17,55 +17,89 @@ from triton_backend_gen.commands.templates_check import (
     check_templates,
     option_matrix,
 )
+from triton_backend_gen.project import load_project
 from triton_backend_gen.scaffold import get_template
 
 
-def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_frameworks_the_signatures_and_patterns():
+def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_frameworks_the_signatures_and_patterns():  # noqa: E501
     cpp = get_template("cpp-backend")
     variants = list(option_matrix(cpp))
     patterns = [{"pattern": p} for p in ("bls", "bls-async", "ensemble")]
-    assert variants[-len(patterns):] == patterns
-    variants = variants[:-len(patterns)]
-    axes = [o for o in cpp.options if (o.choices or o.kind is bool)
-            and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)]
+    assert variants[-len(patterns) :] == patterns
+    variants = variants[: -len(patterns)]
+    axes = [
+        o
+        for o in cpp.options
+        if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)
+    ]
     assert {o.key for o in axes} == {"gpu", "dynamic_batching"}
     dtypes = cpp.option("dtype").choices
     assert len(dtypes) == 14 and "BYTES" in dtypes and "BF16" in dtypes
     product = math.prod(len(o.choices) or 2 for o in axes)
-    sequences = [{"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "request_parameters": True,
-                  "implicit_state": True},
-                 {"sequence": "direct", "dtype": "INT32"}, {"custom_metrics": True, "request_parameters": True}]
+    sequences = [
+        {
+            "sequence": "oldest",
+            "correlation_id": "string",
+            "custom_metrics": True,
+            "request_parameters": True,
+            "implicit_state": True,
+        },
+        {"sequence": "direct", "dtype": "INT32"},
+        {"custom_metrics": True, "request_parameters": True},
+    ]
     assert len(variants) == product + len(dtypes) - 1 + 1 + len(sequences) + 2 + len(SIGNATURES)
-    assert [v["dtype"] for v in variants[product:product + len(dtypes) - 1]] == list(dtypes[1:])
+    assert [v["dtype"] for v in variants[product : product + len(dtypes) - 1]] == list(dtypes[1:])
     edge = product + len(dtypes) - 1
     assert variants[edge] == {"max_batch_size": 0, "dims": "-1"}
-    assert variants[edge + 1:edge + 1 + len(sequences)] == sequences
-    assert variants[edge + 1 + len(sequences):edge + 3 + len(sequences)] == [{"framework": "libtorch"},
-                                                                             {"framework": "opencv-dnn"}]
-    assert [v["model_name"] for v in variants[-len(SIGNATURES):]] == ["mixed", "bytes_in"]
-    assert list(option_matrix(cpp, full=False)) == [*variants[:product], {"max_batch_size": 0, "dims": "-1"},
-                                                    sequences[0]]
+    assert variants[edge + 1 : edge + 1 + len(sequences)] == sequences
+    assert variants[edge + 1 + len(sequences) : edge + 3 + len(sequences)] == [
+        {"framework": "libtorch"},
+        {"framework": "opencv-dnn"},
+    ]
+    assert [v["model_name"] for v in variants[-len(SIGNATURES) :]] == ["mixed", "bytes_in"]
+    assert list(option_matrix(cpp, full=False)) == [
+        *variants[:product],
+        {"max_batch_size": 0, "dims": "-1"},
+        sequences[0],
+    ]
     python = list(option_matrix(get_template("python-backend")))
-    assert {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True,
-            "request_parameters": True} in python
+    assert {
+        "sequence": "oldest",
+        "correlation_id": "string",
+        "custom_metrics": True,
+        "request_parameters": True,
+    } in python
     assert not any(v.get("implicit_state") for v in python)  # the python backend has no implicit state
     decoupled = list(option_matrix(get_template("decoupled-backend")))
     assert decoupled[:2] == [{"language": "cpp"}, {"language": "python"}]
-    assert decoupled[-2:] == [{"pattern": "bls-decoupled", "language": "cpp"},
-                              {"pattern": "bls-decoupled", "language": "python"}]
+    assert decoupled[-2:] == [
+        {"pattern": "bls-decoupled", "language": "cpp"},
+        {"pattern": "bls-decoupled", "language": "python"},
+    ]
     decoupled = decoupled[:-2]
     assert decoupled[2:5] == [
-        {"sequence": "oldest", "correlation_id": "string", "custom_metrics": True, "request_parameters": True},
-        {"sequence": "direct"}, {"custom_metrics": True, "request_parameters": True}]
+        {
+            "sequence": "oldest",
+            "correlation_id": "string",
+            "custom_metrics": True,
+            "request_parameters": True,
+        },
+        {"sequence": "direct"},
+        {"custom_metrics": True, "request_parameters": True},
+    ]
     assert [(v["signature"], v["language"]) for v in decoupled[5:]] == [
-        (s.context(), language) for s in SIGNATURES.values() for language in ("cpp", "python")]
+        (s.context(), language) for s in SIGNATURES.values() for language in ("cpp", "python")
+    ]
 
 
 @pytest.mark.slow
 def test_every_template_variant_is_clean():
     report = check_templates()
     assert report.errors == []
-    expected = sum(len(list(option_matrix(get_template(n)))) for n in ("cpp-backend", "python-backend", "decoupled-backend"))
+    expected = sum(
+        len(list(option_matrix(get_template(n))))
+        for n in ("cpp-backend", "python-backend", "decoupled-backend")
+    )
     assert report.counts["variants"] == expected
     assert report.counts["files"] > report.counts["variants"] * 10
 
@@ -117,21 +151,33 @@ def test_a_cpp_variant_without_cached_sources_is_skipped_with_the_reason(rendere
 
 
 @pytest.mark.slow
-def test_a_smoke_run_that_loses_a_python_stub_is_said_and_run_once_more(render_template, server_or_skip, tmp_path):
-    """The first server's stub of add_sub dies in execute(); the second run's does not: the variant passes, and the
-    first run's failures are shown as a note (a model that kills it every time fails: the tests in tests/cli)."""
+def test_a_smoke_run_that_loses_a_python_stub_is_said_and_run_once_more(
+    render_template, server_or_skip, tmp_path
+):
+    """The first server's stub of add_sub dies in execute(); the second run's does not: the variant passes,
+    and the first run's failures are shown as a note (a model that kills it every time fails: the tests in
+    tests/cli)."""
     project = render_template("python-backend")
     model = project / "model_repository" / "add_sub" / "1" / "model.py"
     text = model.read_text()
     execute = "    def execute(self, requests):\n"
     assert execute in text
     marker = tmp_path / "killed-once"
-    once = (f"        import os, pathlib, signal\n        if not pathlib.Path({str(marker)!r}).exists():\n"
-            f"            pathlib.Path({str(marker)!r}).touch()\n            os.kill(os.getpid(), signal.SIGKILL)\n")
+    once = (
+        f"        import os, pathlib, signal\n        if not pathlib.Path({str(marker)!r}).exists():\n"
+        f"            pathlib.Path({str(marker)!r}).touch()\n            os.kill(os.getpid(), "
+        "signal.SIGKILL)\n"
+    )
     model.write_text(text.replace(execute, execute + once))
     said = []
-    problems, skip = _variant_problems(project, get_template("python-backend"), build=False, smoke=True,
-                                       instance_kind=None, progress=said.append)
+    problems, skip = _variant_problems(
+        project,
+        get_template("python-backend"),
+        build=False,
+        smoke=True,
+        instance_kind=None,
+        progress=said.append,
+    )
     assert marker.exists() and (problems, skip) == ([], "")
     [note] = said
     assert "a python stub stopped answering; the smoke suite runs once more" in note
@@ -139,22 +185,56 @@ def test_a_smoke_run_that_loses_a_python_stub_is_said_and_run_once_more(render_t
     assert "its process had exited" in note
 
 
+# The releases after the server's own are built and loaded on representative variants: the generated code does
+# not depend on the release, what does is the Triton API the build compiles against (the batching backend with
+# its CUDA kernels, a stateful model's state and sequence calls, and the decoupled response sender).
+REPRESENTATIVE = {
+    "cpp-backend": [
+        {"gpu": True, "dynamic_batching": True},
+        {"sequence": "oldest", "correlation_id": "string", "implicit_state": True, "custom_metrics": True},
+    ],
+    "decoupled-backend": [{"language": "cpp"}],
+}
+# At the server's own release every cpp-backend variant, in this many parts that can run side by side; the
+# decoupled-backend matrix at that release is test_templates_check_smoke's
+# (tests/cli/test_server_commands.py).
+PARTS = 3
+# Variants that tests of their own build, smoke-test and fuzz (with the same answers, and more checks): the
+# frameworks in test_frameworks.py, bls in test_cpp_bls.py, bls-async and ensemble in test_compose.py.
+ELSEWHERE = ("framework", "pattern")
+
+
+def server_release_variants() -> list[dict]:
+    """cpp-backend's matrix but the variants tested ELSEWHERE."""
+    matrix = option_matrix(get_template("cpp-backend"))
+    return [answers for answers in matrix if not any(key in answers for key in ELSEWHERE)]
+
+
+def _matrix_parts():
+    for part in range(PARTS):
+        yield pytest.param("24.10", part, id=f"24.10-part{part + 1}of{PARTS}")
+    for release in sorted({"25.10", versions.newest().container}):
+        yield pytest.param(release, None, id=f"{release}-representative")
+
+
 @pytest.mark.cpp
 @pytest.mark.slow
-@pytest.mark.parametrize("release", sorted({"24.10", "25.10", versions.newest().container}))
-def test_cpp_matrix_builds_loads_and_passes_the_smoke_suite(release, compiler_cache, server_or_skip):
-    """gpu x batching of cpp-backend, the edge variant and decoupled-backend (both languages), rendered for
-    ``release``, built with -Werror, checked against and smoke-tested in the 2.51 server; at the server's own
-    release also every dtype and signature variant (the generated code does not depend on the release)."""
+@pytest.mark.parametrize(("release", "part"), list(_matrix_parts()))
+def test_cpp_matrix_builds_loads_and_passes_the_smoke_suite(release, part, compiler_cache, server_or_skip):
+    """cpp-backend's variants rendered for ``release``, built with -Werror, checked against and smoke-tested
+    in the 2.51 server: at the server's own release every variant (each dtype, the edge, the features, the
+    signatures; the frameworks and the patterns ELSEWHERE), at the later ones the REPRESENTATIVE variants."""
     target = versions.resolve(release)
     triton_sources_or_skip(target.branch)
     cmake_fits_or_skip(target)
-    full = release == "24.10"
-    report = check_templates(["cpp-backend", "decoupled-backend"], smoke=True, releases=[release], full=full)
+    if part is None:
+        chosen = REPRESENTATIVE
+    else:
+        chosen = {"cpp-backend": server_release_variants()[part::PARTS]}
+    report = check_templates(smoke=True, releases=[release], variants=chosen)
     assert report.errors == []
     assert report.notes == []
-    assert report.counts["variants"] == sum(len(list(option_matrix(get_template(n), full=full)))
-                                  for n in ("cpp-backend", "decoupled-backend"))
+    assert report.counts["variants"] == sum(len(v) for v in chosen.values())
 
 
 @pytest.mark.cpp
@@ -173,12 +253,22 @@ def test_a_variant_that_does_not_compile_is_a_failure_naming_the_line(render_tem
 @pytest.mark.slow
 def test_cli_reports_the_variants_it_could_not_build(tmp_path):
     """`--build` without cached sources: C++ variants are reported as not built, Python ones need nothing."""
-    result = run_tbgen("templates", "check", "-t", "decoupled-backend", "--build", "--triton-version", "r24.10",
-                       env={"TBGEN_CACHE_DIR": str(tmp_path / "empty-cache")})
+    result = run_tbgen(
+        "templates",
+        "check",
+        "-t",
+        "decoupled-backend",
+        "--build",
+        "--triton-version",
+        "r24.10",
+        env={"TBGEN_CACHE_DIR": str(tmp_path / "empty-cache")},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SKIP decoupled-backend [language=cpp triton_version=24.10]" in result.stdout
     variants = list(option_matrix(get_template("decoupled-backend")))
-    cpp = [v for v in variants if v.get("language", "cpp") == "cpp"]  # the C++ ones: nothing to build them from
+    cpp = [
+        v for v in variants if v.get("language", "cpp") == "cpp"
+    ]  # the C++ ones: nothing to build them from
     assert f"{len(variants)} variants" in result.stdout and f"{len(cpp)} not built" in result.stdout
 
 

@@ -141,7 +141,8 @@ def test_imports_missing_from_the_server_are_named():
 def test_ldd_not_found_lines():
     output = (
         "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibtritonserver.so => not found\n"
-        "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f)\n\tlibcudart.so.13 => not found\n"
+        "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f)\n"
+        "\tlibcudart.so.13 => not found\n"
     )
     assert symbols.parse_ldd_missing(output) == ["libtritonserver.so", "libcudart.so.13"]
 
@@ -343,7 +344,7 @@ def test_native_python_build_then_test_runs_the_native_path(tmp_path, require_py
     assert "compute path: native" in (project / "build/tbgen/server.log").read_text()
 
 
-# --------------------------------------------------------------------------- release facts the build warns about
+# ------------------------------------------------------------------------ release facts the build warns about
 def test_tbgen_toml_wins_over_triton_tags_edited_in_cmakelists(tmp_path):
     project = load_project(new_project(tmp_path, "cpp-backend"))
     assert build.tag_disagreements(project) == []
@@ -412,7 +413,8 @@ def test_check_warns_about_a_cuda_runtime_of_another_major_version(tmp_path):
 
 @pytest.mark.slow
 def test_an_uncached_release_without_network_names_deps_fetch_and_add(tmp_path, monkeypatch):
-    """Nothing cached and nowhere to clone from: the error says how to fill the cache, not only CMake's words."""
+    """Nothing cached and nowhere to clone from: the error says how to fill the cache, not only CMake's
+    words."""
     project = new_project(tmp_path, "cpp-backend")
     empty = tmp_path / "empty-cache"
     organization = (

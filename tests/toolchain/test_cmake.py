@@ -154,7 +154,8 @@ def test_build_and_install_commands(tmp_path, bare_path):
             "/p/src/x.cc:12:5: error: 'foo' was not declared",
         ),
         (
-            "-- Configuring\nCMake Error at CMakeLists.txt:40 (find_package):\n\n  Could not find RapidJSON\n",
+            "-- Configuring\nCMake Error at CMakeLists.txt:40 (find_package):\n\n"
+            "  Could not find RapidJSON\n",
             "CMake Error at CMakeLists.txt:40 (find_package): Could not find RapidJSON",
         ),
         (

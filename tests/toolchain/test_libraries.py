@@ -154,7 +154,10 @@ def needed(library: Path) -> str:
     return subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True).stdout
 
 
-FMT_USE = '#include <fmt/format.h>\nint consumer_answer() { return static_cast<int>(fmt::format("{}", 42).size()); }\n'
+FMT_USE = (
+    '#include <fmt/format.h>\nint consumer_answer() { return static_cast<int>(fmt::format("{}", '
+    "42).size()); }\n"
+)
 
 
 @pytest.fixture
@@ -191,7 +194,8 @@ def test_a_path_file_links_a_library_from_a_prefix_with_system_headers(tmp_path)
     prefix = tmp_path / "prefix"
     (prefix / "include").mkdir(parents=True)
     (prefix / "lib").mkdir()
-    # A header that -Wextra -Werror would reject in the backend's own code: it must come in as a SYSTEM header.
+    # A header that -Wextra -Werror would reject in the backend's own code: it must come in as a SYSTEM
+    # header.
     (prefix / "include" / "tiny.h").write_text(
         "inline int tiny_unused(int unused) { return 7; }\nint tiny();\n"
     )

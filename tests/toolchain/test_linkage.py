@@ -1,5 +1,6 @@
-"""Where a backend's shared objects resolve (toolchain.linkage, symbols.parse_ldd): the decisions, pure. The real
-runs (ldd in the stand-in image, tbgen package carrying what it lacks) are in tests/containers/test_docker_path.py."""
+"""Where a backend's shared objects resolve (toolchain.linkage, symbols.parse_ldd): the decisions, pure. The
+real runs (ldd in the stand-in image, tbgen package carrying what it lacks) are in
+tests/containers/test_docker_path.py."""
 
 from __future__ import annotations
 

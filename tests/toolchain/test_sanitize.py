@@ -70,7 +70,8 @@ def test_sanitize_is_refused_for_python_projects(tmp_path):
 @pytest.mark.cpp
 @pytest.mark.slow
 def test_cpp_backend_passes_the_smoke_suite_under_asan_and_ubsan(tmp_path, compiler_cache, server_or_skip):
-    """Zero reports for the template; then a planted bug in the user's Compute is reported and fails the run."""
+    """Zero reports for the template; then a planted bug in the user's Compute is reported and fails the
+    run."""
     triton_sources_or_skip("r24.10")
     if shutil.which("gcc") is None:
         pytest.skip("no gcc: the sanitizer runtimes come with it")

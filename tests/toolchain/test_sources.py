@@ -1,11 +1,11 @@
-"""The Triton source cache: `tbgen deps fetch|add|list` for real, offline, from a local organization (a directory
-of bare repositories core.git, common.git and backend.git) that the tests build themselves, never touching the
-network nor any directory outside pytest's own temporary ones.
+"""The Triton source cache: `tbgen deps fetch|add|list` for real, offline, from a local organization (a
+directory of bare repositories core.git, common.git and backend.git) that the tests build themselves, never
+touching the network nor any directory outside pytest's own temporary ones.
 
-The repositories hold what tbgen looks at (CMakeLists.txt, the headers it checks for, core's backend API version
-and the googletest archive common's tests pin), on a release branch r24.10 and on a default branch `main` whose
-files differ, so that a clone at the wrong branch is caught. Whether the real sources of each release agree with
-tbgen's release matrix is tests/versions' business.
+The repositories hold what tbgen looks at (CMakeLists.txt, the headers it checks for, core's backend API
+version and the googletest archive common's tests pin), on a release branch r24.10 and on a default branch
+`main` whose files differ, so that a clone at the wrong branch is caught. Whether the real sources of each
+release agree with tbgen's release matrix is tests/versions' business.
 """
 
 from __future__ import annotations

@@ -143,8 +143,8 @@ def test_a_failure_half_way_puts_everything_back(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("after", [0, 1, 2])
 def test_a_signal_while_writing_puts_everything_back_then_arrives(tmp_path, monkeypatch, after):
-    """SIGINT after 0, 1 or 2 files are written: held back until the project is as it was, then delivered; also
-    when another thread is alive for the kernel to hand the signal to."""
+    """SIGINT after 0, 1 or 2 files are written: held back until the project is as it was, then delivered;
+    also when another thread is alive for the kernel to hand the signal to."""
     write(tmp_path, a_txt="old\n", b_txt="old\n")
     before = snapshot(tmp_path)
     changes = plan_update(

@@ -1,4 +1,5 @@
-"""The generation record `tbgen new` leaves in a project: what was rendered, and the answers the user chose."""
+"""The generation record `tbgen new` leaves in a project: what was rendered, and the answers the user
+chose."""
 
 from pathlib import Path
 

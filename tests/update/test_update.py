@@ -173,8 +173,8 @@ def test_sigint_before_writing_leaves_the_project_as_it_was(tmp_path, monkeypatc
 
 
 def test_sigint_at_any_moment_leaves_the_project_as_it_was_or_updated(tmp_path):
-    """A real `tbgen update` process interrupted at moments spread over its run: each run ends with the project
-    byte-for-byte as it was or wholly updated (the signal came after the update), never in between."""
+    """A real `tbgen update` process interrupted at moments spread over its run: each run ends with the
+    project byte-for-byte as it was or wholly updated (the signal came after the update), never in between."""
     first = new_project(tmp_path, "cpp-backend", name="first")
     replace_once(first / "CMakeLists.txt", "SHARED src/first.cc)", "SHARED src/first.cc src/extra.cc)")
     before = snapshot(first)
@@ -197,8 +197,8 @@ def test_sigint_at_any_moment_leaves_the_project_as_it_was_or_updated(tmp_path):
         time.sleep(duration * (step + 1) / 8)
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
-        # 130: tbgen's exit on Ctrl-C; 1: click's "Aborted!" and -SIGINT: Python's, for a signal before tbgen's
-        # command starts or after it ends (then the update is whole)
+        # 130: tbgen's exit on Ctrl-C; 1: click's "Aborted!" and -SIGINT: Python's, for a signal before
+        # tbgen's command starts or after it ends (then the update is whole)
         assert process.returncode in (0, 1, 130, -signal.SIGINT), process.returncode
         state = snapshot(project)
         assert state == updated if process.returncode == 0 else state in (before, updated)

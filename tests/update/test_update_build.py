@@ -1,6 +1,7 @@
-"""A project generated at r24.10, built, edited (compute code, an added source file, a second instance group) and
-updated to r26.02: every edit is kept, everything release-specific says r26.02, and it builds and passes
-`tbgen test` (the embedded 2.51 server loads backends of later releases: their backend API is the same 1.19)."""
+"""A project generated at r24.10, built, edited (compute code, an added source file, a second instance group)
+and updated to r26.02: every edit is kept, everything release-specific says r26.02, and it builds and passes
+`tbgen test` (the embedded 2.51 server loads backends of later releases: their backend API is the same
+1.19)."""
 
 import tomllib
 

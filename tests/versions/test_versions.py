@@ -1,11 +1,11 @@
 """The release matrix: spellings, errors, internal consistency, and agreement with Triton's own sources.
 
-The cross-checks read the real headers and CMakeLists of each rYY.MM branch from whatever Triton sources are at
-hand, never from a place this file knows: tbgen's source cache (core, common and backend of the releases that
-`tbgen deps fetch|add` or CI put there, found with tbgen's own lookup), and a local organization directory in
-$TRITON_REPO_ORGANIZATION holding git repositories <name>.git (or <name>) with the release branches (server
-included), as a site's mirror would. Each check runs once per release whose sources are at hand, and skips,
-saying how to provide them, when there are none.
+The cross-checks read the real headers and CMakeLists of each rYY.MM branch from whatever Triton sources are
+at hand, never from a place this file knows: tbgen's source cache (core, common and backend of the releases
+that `tbgen deps fetch|add` or CI put there, found with tbgen's own lookup), and a local organization
+directory in $TRITON_REPO_ORGANIZATION holding git repositories <name>.git (or <name>) with the release
+branches (server included), as a site's mirror would. Each check runs once per release whose sources are at
+hand, and skips, saying how to provide them, when there are none.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def _at_hand(*repos: str, probe: str = "CMakeLists.txt") -> list:
 
 
 def _releases_with(*repos: str, probe: str = "CMakeLists.txt") -> list:
-    """One pytest parameter per release whose ``repos`` are all at hand, or one skipped parameter saying why."""
+    """One pytest parameter per release whose ``repos`` are all at hand, or one skipped parameter saying
+    why."""
     found = _at_hand(*repos, probe=probe)
     if found:
         return [pytest.param(release, id=release.container) for release in found]
@@ -108,9 +109,9 @@ def _none_at_hand(*repos: str) -> str:
     )
     if set(repos) <= set(sources.REPOSITORIES):
         return (
-            f"no Triton sources of {', '.join(repos)} at hand: tbgen's source cache ({sources.sources_dir()}) "
-            f"is empty; fill it with `tbgen deps fetch --triton-version 24.10` (or `tbgen deps add`), or "
-            f"{organization}"
+            f"no Triton sources of {', '.join(repos)} at hand: tbgen's source cache "
+            f"({sources.sources_dir()}) is empty; fill it with `tbgen deps fetch --triton-version 24.10` "
+            f"(or `tbgen deps add`), or {organization}"
         )
     return (
         f"the {'/'.join(repos)} repository is not at hand (tbgen's cache holds core/common/backend only): "
@@ -186,7 +187,7 @@ def test_releases_start_at_24_01_and_are_monthly_without_gaps():
 
 
 def test_server_version_moves_one_minor_per_month_or_one_patch():
-    for previous, current in zip(RELEASES, RELEASES[1:]):
+    for previous, current in zip(RELEASES, RELEASES[1:], strict=False):
         major0, minor0, patch0 = _version_tuple(previous.server_version)
         major, minor, patch = _version_tuple(current.server_version)
         assert major == major0 == 2
@@ -197,7 +198,7 @@ def test_server_version_moves_one_minor_per_month_or_one_patch():
 
 
 def test_versions_never_go_backwards():
-    for previous, current in zip(RELEASES, RELEASES[1:]):
+    for previous, current in zip(RELEASES, RELEASES[1:], strict=False):
         assert current.backend_api >= previous.backend_api
         assert current.server_api >= previous.server_api
         assert _version_tuple(current.cuda) >= _version_tuple(previous.cuda)

@@ -1,4 +1,5 @@
-"""Commands about tbgen itself and its surroundings: doctor, deps (Triton's sources), clean, versions, templates."""
+"""Commands about tbgen itself and its surroundings: doctor, deps (Triton's sources), clean, versions,
+templates."""
 
 from __future__ import annotations
 
@@ -106,8 +107,8 @@ def versions_() -> None:
                 r.server_version,
                 r.python,
                 r.cuda,
-                "%d.%d" % r.backend_api,
-                "%d.%d" % r.server_api,
+                "{:d}.{:d}".format(*r.backend_api),
+                "{:d}.{:d}".format(*r.server_api),
                 ";".join(r.cuda_architectures),
                 f">= {r.min_cmake}",
             )
@@ -183,7 +184,7 @@ def deps_add(
     triton_version: ReleaseOption = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a cached release.")] = False,
 ) -> None:
-    """Register Triton sources you already have (air-gapped sites): they are checked and copied into the cache."""
+    """Register Triton sources you already have (air-gapped sites): checked, then copied into the cache."""
     with user_errors():
         release = release_option(triton_version)
         entry = sources.add_sources(from_, release, force=force)
@@ -197,8 +198,8 @@ def deps_list() -> None:
     repositories, googletest = sources.REPOSITORIES, sources.GOOGLETEST
     if not entries:
         say(
-            f"No Triton sources cached in {sources.sources_dir()}. Fill it with `tbgen deps fetch` (online), or "
-            "register sources you have (`tbgen deps add --help`)."
+            f"No Triton sources cached in {sources.sources_dir()}. Fill it with `tbgen deps fetch` "
+            "(online), or register sources you have (`tbgen deps add --help`)."
         )
         return
     records(

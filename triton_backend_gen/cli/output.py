@@ -50,9 +50,9 @@ def on_terminal(target: Console = console) -> bool:
 
 
 def wrap(text: str, width: int, indent: str = "", first_indent: str = "") -> list[str]:
-    """``text`` wrapped at spaces into lines of at most ``width`` columns (``indent`` before every line but the
-    first, ``first_indent`` before it); a `command in backticks` stays on one line, and a word or command longer
-    than a line gets a line of its own. Each line of ``text`` starts a new one."""
+    """``text`` wrapped at spaces into lines of at most ``width`` columns (``indent`` before every line but
+    the first, ``first_indent`` before it); a `command in backticks` stays on one line, and a word or command
+    longer than a line gets a line of its own. Each line of ``text`` starts a new one."""
     lines: list[str] = []
     for paragraph in text.splitlines() or [""]:
         glued = _COMMAND.sub(lambda match: match.group(0).replace(" ", _GLUE), paragraph)
@@ -69,8 +69,8 @@ def wrap(text: str, width: int, indent: str = "", first_indent: str = "") -> lis
 
 
 def say(text: str, *, style: str = "", label: str = "", target: Console = console) -> None:
-    """Print ``text`` (never read as markup) after an optional ``label`` ("note:", "warning:"); ``style`` colours
-    the label, or the whole text when there is none."""
+    """Print ``text`` (never read as markup) after an optional ``label`` ("note:", "warning:"); ``style``
+    colours the label, or the whole text when there is none."""
     if not on_terminal(target):
         for line in wrap(f"{label} {text}" if label else text, target.width, indent="  "):
             target.print(line, markup=False, soft_wrap=True)
@@ -111,14 +111,7 @@ def records(
     fields joined by two spaces and each wide field wrapped beneath it. ``styles``: a Rich style per row."""
     rows = list(rows)
     if on_terminal():
-        table = Table(title=escape(title) if title else None, title_justify="left")
-        for column in columns:
-            table.add_column(column.title, justify=column.justify)  # type: ignore[arg-type]
-        for index, row in enumerate(rows):
-            table.add_row(
-                *(escape(cell) for cell in row), style=styles[index] if index < len(styles) else None
-            )
-        console.print(table)
+        _table(title, columns, rows, styles)
         return
     if title:
         say(title)
@@ -128,6 +121,15 @@ def records(
             if column.wide and cell:
                 for line in wrap(cell, console.width, indent="    ", first_indent="    "):
                     console.print(line, markup=False, soft_wrap=True)
+
+
+def _table(title: str, columns: Sequence[Column], rows: list[Sequence[str]], styles: Sequence[str]) -> None:
+    table = Table(title=escape(title) if title else None, title_justify="left")
+    for column in columns:
+        table.add_column(column.title, justify=column.justify)  # type: ignore[arg-type]
+    for index, row in enumerate(rows):
+        table.add_row(*(escape(cell) for cell in row), style=styles[index] if index < len(styles) else None)
+    console.print(table)
 
 
 class user_errors:  # noqa: N801 - used as a statement: `with user_errors():`
@@ -168,6 +170,7 @@ def print_notes(run, project: Project | None, verbose: bool) -> None:
 
 
 def path_argument(project: Project) -> str:
-    """What a suggested command that takes the project as its argument adds: "" in the project, else its path."""
+    """What a suggested command that takes the project as its argument adds: "" in the project, else its
+    path."""
     option = project.project_option()
     return option.replace(" --project", "", 1) if option else ""

@@ -280,46 +280,9 @@ def report_tests(
             warning(text)
     else:
         print_notes(report, report.project, verbose)
-    shown = [r for r in report.results if not quiet or not r.passed]
-    if on_terminal() and shown:
-        records(
-            f"{report.project.name}: smoke tests against {report.server}",
-            [
-                Column("check"),
-                Column("protocol"),
-                Column("result"),
-                Column("detail", wide=True),
-                Column("seconds", justify="right"),
-            ],
-            [
-                (r.name, r.protocol, "pass" if r.passed else "FAIL", r.detail, f"{r.seconds:.2f}")
-                for r in shown
-            ],
-            styles=["" if r.passed else "red" for r in shown],
-        )
-    elif not streamed:
-        for result in shown:
-            _print_result(result)
+    _print_results(report, quiet=quiet, streamed=streamed)
     if len(report.statistics) > 1 and not quiet:
-        records(
-            "the server's statistics of each model",
-            [
-                Column(c, justify="right" if c != "model" else "left")
-                for c in ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us")
-            ],
-            [
-                (
-                    s.name,
-                    str(s.success),
-                    str(s.failed),
-                    str(s.inferences),
-                    str(s.executions),
-                    f"{s.queue_us:.0f}",
-                    f"{s.compute_us:.0f}",
-                )
-                for s in report.statistics
-            ],
-        )
+        _statistics_table(report.statistics)
     if junit_xml:
         write_junit_xml(report.results, junit_xml, suite=report.project.name)
         if not quiet:
@@ -330,6 +293,47 @@ def report_tests(
         style="red" if failed else "green",
     )
     raise typer.Exit(1 if failed or not report.results else 0)
+
+
+def _print_results(report, *, quiet: bool, streamed: bool) -> None:
+    """The results (only the failures when ``quiet``): a table on a terminal, else a line each unless they
+    were ``streamed`` already."""
+    shown = [r for r in report.results if not quiet or not r.passed]
+    if on_terminal() and shown:
+        _result_table(report, shown)
+    elif not streamed:
+        for result in shown:
+            _print_result(result)
+
+
+def _result_table(report, shown: list) -> None:
+    """The results on a terminal: one row per check, failures in red."""
+    records(
+        f"{report.project.name}: smoke tests against {report.server}",
+        [
+            Column("check"),
+            Column("protocol"),
+            Column("result"),
+            Column("detail", wide=True),
+            Column("seconds", justify="right"),
+        ],
+        [(r.name, r.protocol, "pass" if r.passed else "FAIL", r.detail, f"{r.seconds:.2f}") for r in shown],
+        styles=["" if r.passed else "red" for r in shown],
+    )
+
+
+def _statistics_table(statistics: list) -> None:
+    """The server's statistics of each model of a project with several."""
+    columns = ("model", "ok", "failed", "inferences", "executions", "queue us", "compute us")
+    records(
+        "the server's statistics of each model",
+        [Column(c, justify="right" if c != "model" else "left") for c in columns],
+        [
+            (s.name, str(s.success), str(s.failed), str(s.inferences), str(s.executions))
+            + (f"{s.queue_us:.0f}", f"{s.compute_us:.0f}")
+            for s in statistics
+        ],
+    )
 
 
 @app.command()
@@ -438,7 +442,7 @@ def bench(
     server: ServerPath = None,
     instance_kind: InstanceKindOption = None,
 ) -> None:
-    """Load a model at several concurrency levels: throughput, latency percentiles, server queue/compute, CPU."""
+    """Load a model at several concurrency levels: throughput, latency percentiles, queue/compute, CPU."""
     with user_errors():
         levels, seconds = parse_concurrency(concurrency), parse_duration(duration)
         other = BenchReport.read(compare_with) if compare_with else None
@@ -470,7 +474,8 @@ def bench(
         "errors",
     ]
     records(
-        f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against {report.server}",
+        f"{report.model} ({report.protocol}, batch {report.batch_size}, {report.tool}) against "
+        f"{report.server}",
         [Column(column, justify="right") for column in columns],
         [
             (
@@ -490,8 +495,8 @@ def bench(
         ],
     )
     say(
-        "Latencies (p50-p99) and the server's queue and compute times per request in microseconds; CPU: share of "
-        "one core over the level (client and server share this machine's cores).",
+        "Latencies (p50-p99) and the server's queue and compute times per request in microseconds; CPU: "
+        "share of one core over the level (client and server share this machine's cores).",
         style="dim",
     )
     if json_file:

@@ -19,7 +19,7 @@ from triton_backend_gen.commands.add_library import add_library as add_library_t
 from triton_backend_gen.errors import AnswerError, UsageError
 from triton_backend_gen.model_config import load_model_config
 from triton_backend_gen.model_config.importing import import_config
-from triton_backend_gen.project import load_project
+from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import (
     add_model_to_project,
     list_templates,
@@ -153,8 +153,14 @@ def new(
         prompter = RichPrompter() if interactive else None
         project = render_new_project(template, path, given, force=force, prompter=prompter, imported=imported)
     say(f"{project} from {template}", label="Created", style="green")
-    loaded = load_project(project)
-    if pattern is not None:
+    _finish_new(load_project(project), composed=pattern is not None, imported=imported)
+    say(f"Next: cd {path} and read README.md; `tbgen test` there proves the project in a real Triton.")
+
+
+def _finish_new(loaded: Project, *, composed: bool, imported) -> None:
+    """After rendering: a composed project's models, the framework's example model written, what
+    --from-config took."""
+    if composed:
         say("Models: " + ", ".join(m.name + (f" ({m.pattern})" if m.pattern else "") for m in loaded.models))
     example = write_example_model(loaded)
     if example is not None:
@@ -162,7 +168,6 @@ def new(
         say(example.message, label="Example model:", style=colour)
     if imported is not None:
         _print_imported(imported, loaded.models[0])
-    say(f"Next: cd {path} and read README.md; `tbgen test` there proves the project in a real Triton.")
 
 
 def _print_imported(imported, model) -> None:
@@ -226,8 +231,8 @@ def update(
         say(
             f"{len(plan.conflicts)} file(s) with conflicts (between <<<<<<< yours and >>>>>>> markers): edit "
             "each to keep what you want and remove the markers, then check with "
-            f"`grep -n '^<<<<<<<' {' '.join(c.path for c in plan.conflicts)}`, `tbgen build{path_argument(loaded)}` "
-            f"and `tbgen test{path_argument(loaded)}`.",
+            f"`grep -n '^<<<<<<<' {' '.join(c.path for c in plan.conflicts)}`, `tbgen "
+            f"build{path_argument(loaded)}` and `tbgen test{path_argument(loaded)}`.",
             style="red",
         )
         raise typer.Exit(1)
@@ -264,7 +269,8 @@ def _print_release_changes(old: versions.Release, new: versions.Release) -> None
 
 
 def check_drift(project: Path, other_options: bool) -> None:
-    """`tbgen check --drift`: edited generated files; whether the template or the release is behind (exit 1)."""
+    """`tbgen check --drift`: edited generated files; whether the template or the release is behind (exit
+    1)."""
     with user_errors():
         if other_options:
             raise UsageError(
@@ -291,7 +297,8 @@ def check_drift(project: Path, other_options: bool) -> None:
         say(f"template: {shipped}, up to date")
     if report.release_behind:
         say(
-            f"release: {report.release.container}; the newest tbgen knows is {report.newest.container}: update due"
+            f"release: {report.release.container}; the newest tbgen knows is {report.newest.container}: "
+            "update due"
         )
     else:
         say(f"release: {report.release.container}, the newest tbgen knows")
@@ -323,7 +330,7 @@ def add_model(
         Optional[list[str]], typer.Option("--output", help="A model output NAME:DTYPE:DIMS.")
     ] = None,
 ) -> None:
-    """Add a model (or a composed model and its callees) to a project: new files and tbgen.toml entries only."""
+    """Add a model (or a composed model and its callees) to a project: new files and tbgen.toml entries."""
     with user_errors():
         given = given_answers(
             flags={"pattern": pattern}, sets=set_ or [], inputs=inputs or [], outputs=outputs or []
@@ -347,13 +354,14 @@ def remove_model(
         ),
     ] = False,
 ) -> None:
-    """Remove a model `tbgen add model` added: its directory in the model repository, its reference, its tbgen.toml
-    entry, and its part of the generation record, so that `tbgen update` does not bring it back.
+    """Remove a model `tbgen add model` added: its directory in the model repository, its reference, its
+    tbgen.toml entry, and its part of the generation record, so that `tbgen update` does not bring it back.
 
-    A composed model (`tbgen add model r --pattern bls --set callees=a,b`) goes with the models that command created
-    with it, except one another model still calls. Refused, with nothing changed: a model other models call, the
-    project's last model, and the models `tbgen new` made (the template's: the project's code is generated for
-    them); without --force, files you edited or put under the model (named), and projects without a record.
+    A composed model (`tbgen add model r --pattern bls --set callees=a,b`) goes with the models that command
+    created with it, except one another model still calls. Refused, with nothing changed: a model other models
+    call, the project's last model, and the models `tbgen new` made (the template's: the project's code is
+    generated for them); without --force, files you edited or put under the model (named), and projects
+    without a record.
     """
     with user_errors():
         removal = remove_model_from_project(load_project(project), name, force=force)
@@ -395,7 +403,7 @@ def add_library(
         typer.Option("--path", help="A prefix holding its headers in include/ and the library in lib/."),
     ] = None,
 ) -> None:
-    """Link a third-party library into a C++ backend: writes cmake/libraries/NAME.cmake (never over a file)."""
+    """Link a third-party library into a C++ backend: writes cmake/libraries/NAME.cmake (never over one)."""
     with user_errors():
         added = add_library_to_project(
             load_project(project),
@@ -408,7 +416,7 @@ def add_library(
         )
     say(f"{added.file}: {added.spec.describe()}", label="Wrote", style="green")
     say(
-        "Include its headers in the backend's sources and use it; `tbgen package` carries the shared objects the "
-        "server's image lacks."
+        "Include its headers in the backend's sources and use it; `tbgen package` carries the shared "
+        "objects the server's image lacks."
     )
     say(f"Next: `tbgen build{path_argument(load_project(project))}`")

@@ -1,5 +1,5 @@
-"""Commands that ship the project: env pack (its python models' environments), package (its image), deploy helm,
-manifests, check and local (Kubernetes)."""
+"""Commands that ship the project: env pack (its python models' environments), package (its image), deploy
+helm, manifests, check and local (Kubernetes)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def env_pack(
     ] = False,
     image: ImageOption = None,
 ) -> None:
-    """Pack model_repository/MODEL/requirements.txt (with numpy) into the environment the python backend runs the
-    model in: MODEL/python-env.tar.gz, named by EXECUTION_ENV_PATH in its config.pbtxt."""
+    """Pack model_repository/MODEL/requirements.txt (with numpy) into the environment the python backend runs
+    the model in: MODEL/python-env.tar.gz, named by EXECUTION_ENV_PATH in its config.pbtxt."""
     with user_errors():
         check_docker_options(docker, image, gpu=False)
         loaded = load_project(project)
@@ -61,14 +61,15 @@ def env_pack(
         env = result.env
         size = env.path.stat().st_size / 1e6
         say(
-            f"{env.path} ({size:.1f} MB): Python {env.python}, {len(env.modules)} modules, for {result.target}; "
-            f"pip's output: {result.log_file}",
+            f"{env.path} ({size:.1f} MB): Python {env.python}, {len(env.modules)} modules, for "
+            f"{result.target}; pip's output: {result.log_file}",
             label="Packed",
             style="green",
         )
         if result.config_written:
             say(
-                f"EXECUTION_ENV_PATH into {result.model}/config.pbtxt ($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)",
+                f"EXECUTION_ENV_PATH into {result.model}/config.pbtxt "
+                "($$TRITON_MODEL_DIRECTORY/python-env.tar.gz)",
                 label="Wrote",
                 style="yellow",
             )
@@ -201,8 +202,8 @@ def deploy_helm(
     release = chart_name(loaded)
     local = f" --chart {written.directory}" if out is not None else ""
     say(
-        f"Next: `tbgen deploy check {written.directory}`; `tbgen deploy local{loaded.project_option()}{local}`; "
-        f"`helm install {release} {written.directory}`"
+        f"Next: `tbgen deploy check {written.directory}`; `tbgen deploy "
+        f"local{loaded.project_option()}{local}`; `helm install {release} {written.directory}`"
     )
 
 
@@ -250,8 +251,8 @@ def deploy_check(
         ),
     ] = None,
 ) -> None:
-    """Validate a rendered chart or manifests offline: helm lint and template, strict Kubernetes schemas for each
-    version, the ServiceMonitor against tbgen's schema, yamllint. Exit 1 on any failure."""
+    """Validate a rendered chart or manifests offline: helm lint and template, strict Kubernetes schemas for
+    each version, the ServiceMonitor against tbgen's schema, yamllint. Exit 1 on any failure."""
     with user_errors():
         if directory is None:
             directory = HELM_DIR if HELM_DIR.is_dir() else MANIFESTS_DIR
@@ -317,12 +318,13 @@ def deploy_local(
     ready = f"ready {run.ready_after:.1f} s after its start" if run.ready_after is not None else "never ready"
     say(
         f"Pod spec of {run.chart}: {pod.image} as user {pod.user or 'of the image'}, ports "
-        f"{', '.join(f'{n} {p}' for n, p in pod.ports.items())}, /dev/shm {(pod.shm_bytes or 0) / 2**20:.0f} MiB; "
-        f"{ready}"
+        f"{', '.join(f'{n} {p}' for n, p in pod.ports.items())}, /dev/shm "
+        f"{(pod.shm_bytes or 0) / 2**20:.0f} MiB; {ready}"
     )
     if run.memory_used is not None:
         limit = f" of its {pod.memory_limit / 2**20:.0f} MiB limit" if pod.memory_limit else ""
         say(
-            f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests (resources in values.yaml)."
+            f"The server used {run.memory_used / 2**20:.0f} MiB{limit} after the tests (resources in "
+            "values.yaml)."
         )
     report_tests(run.report, junit_xml)

@@ -1,5 +1,5 @@
-"""``tbgen add library``: write ``cmake/libraries/<name>.cmake`` for a C++ project (toolchain.libraries decides
-what it says). A python project is refused, and an existing file is never overwritten."""
+"""``tbgen add library``: write ``cmake/libraries/<name>.cmake`` for a C++ project (toolchain.libraries
+decides what it says). A python project is refused, and an existing file is never overwritten."""
 
 from __future__ import annotations
 

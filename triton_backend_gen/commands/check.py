@@ -1,5 +1,6 @@
 """`tbgen check`: is a built backend library one that the target tritonserver loads? Its exports, its imports
-against a local server, or (``docker``) every library it needs resolved in a container of the release's image."""
+against a local server, or (``docker``) every library it needs resolved in a container of the release's
+image."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def check(
 
 
 def check_in_image_of(library: Path, project: Project | None, image: str | None) -> CheckReport:
-    """The library's exports, and every library it needs resolved in ``image`` as the server there loads it."""
+    """The library's exports, and every library it needs resolved in ``image`` as the server there loads
+    it."""
     if image is None and project is None:
         raise UsageError(
             f"{library.name} is a library file: tbgen cannot tell which release's image to check it in.",

@@ -52,8 +52,8 @@ def deploy_local(
     repackage: bool = False,
     progress: Callable[[str], None] = lambda line: None,
 ) -> LocalRun:
-    """Run the chart's pod spec (rendering the chart and packaging the project first when needed), probe it and
-    run the smoke suite against it."""
+    """Run the chart's pod spec (rendering the chart and packaging the project first when needed), probe it
+    and run the smoke suite against it."""
     notes: list[str] = []
     chart = chart or project.root / HELM_DIR
     if not chart.exists():

@@ -1,9 +1,9 @@
 """`tbgen doctor`: what building and running a backend needs, checked on this machine.
 
 ``diagnose`` returns one :class:`Diagnosis` per piece: CMake (against the release's minimum), a C++17
-compiler, Ninja, git, RapidJSON, googletest, nvcc (for --gpu builds), Triton's source cache, the tritonservers tbgen
-can find, and Docker. Each piece that is missing or too old carries the command that fixes it. Required pieces
-(CMake, the compiler, a server) fail; the others only warn, as tbgen works without them.
+compiler, Ninja, git, RapidJSON, googletest, nvcc (for --gpu builds), Triton's source cache, the tritonservers
+tbgen can find, and Docker. Each piece that is missing or too old carries the command that fixes it. Required
+pieces (CMake, the compiler, a server) fail; the others only warn, as tbgen works without them.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ int main() {
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """One checked piece: its status ("ok", "warn" or "fail"), what was found, and the command that fixes it."""
+    """One checked piece: its status ("ok", "warn" or "fail"), what was found, and the command that fixes
+    it."""
 
     name: str
     status: str
@@ -118,7 +119,8 @@ def check_project(project: Project) -> Diagnosis:
 
 
 def check_release_change(project: Project) -> list[Diagnosis]:
-    """What changed for a backend when the project last moved to another release (by its generation record)."""
+    """What changed for a backend when the project last moved to another release (by its generation
+    record)."""
     try:
         record = read_record(project.root)
     except TbgenError:

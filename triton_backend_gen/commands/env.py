@@ -1,9 +1,11 @@
-"""`tbgen env pack`: each python-backend model's requirements.txt packed into the environment its stub runs in.
+"""`tbgen env pack`: each python-backend model's requirements.txt packed into the environment its stub runs
+in.
 
 The tarball goes beside the model's config.pbtxt (``python-env.tar.gz``), and config.pbtxt gets
-``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/python-env.tar.gz`` (written only when it is not set so already,
-and said). Packed for the server `tbgen test` runs: this machine's embedded one by default (tbgen's Python), or
-with ``docker`` inside the image (default: the release's), whose python3 is then the environment's base.
+``EXECUTION_ENV_PATH = $$TRITON_MODEL_DIRECTORY/python-env.tar.gz`` (written only when it is not set so
+already, and said). Packed for the server `tbgen test` runs: this machine's embedded one by default (tbgen's
+Python), or with ``docker`` inside the image (default: the release's), whose python3 is then the environment's
+base.
 """
 
 from __future__ import annotations

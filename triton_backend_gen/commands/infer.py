@@ -58,17 +58,19 @@ def build_inputs(
     declared = {i["name"]: i["datatype"] for i in metadata["inputs"]}
     optional = {i["name"] for i in config.get("input", []) if i.get("optional")}
     inputs = _given_inputs(metadata["name"], declared, given)
-    missing = [name for name in declared if name not in inputs and name not in optional]
-    if missing and reference is not None:
+
+    def missing() -> list[str]:
+        return [name for name in declared if name not in inputs and name not in optional]
+
+    if missing() and reference is not None:
         generated = reference.make_inputs(1 if int(config.get("max_batch_size", 0)) > 0 else None)
         inputs.update(
             {name: generated[name] for name in declared if name not in inputs and name in generated}
         )
-        missing = [name for name in declared if name not in inputs and name not in optional]
-    if missing:
+    if missing():
         source = " (the project's reference.py makes no value for it)" if reference is not None else ""
         raise UsageError(
-            f"No value for input {', '.join(missing)} of model {metadata['name']}{source}.",
+            f"No value for input {', '.join(missing())} of model {metadata['name']}{source}.",
             "Pass --input NAME=FILE.npy or NAME=JSON for each.",
         )
     return inputs
@@ -138,9 +140,9 @@ def infer_once(
     on_server: Callable[[TritonServer], None] = lambda triton: None,
 ) -> dict[str, np.ndarray]:
     """Run one request against ``url``, or against a server started (and stopped) for ``project``; inputs not
-    given come from the project's reference.py (when there is a project). ``param_options`` (KEY=VALUE) are sent
-    as request parameters; the response's parameters go to ``on_parameters``. A request to a sequence model
-    carries ``sequencing``. ``on_server`` hears of the server started for the request (its notes)."""
+    given come from the project's reference.py (when there is a project). ``param_options`` (KEY=VALUE) are
+    sent as request parameters; the response's parameters go to ``on_parameters``. A request to a sequence
+    model carries ``sequencing``. ``on_server`` hears of the server started for the request (its notes)."""
     given = dict(parse_input_option(option) for option in input_options)
     parameters = dict(parse_param_option(option) for option in param_options)
     path = _reference_of(project, model) if project is not None else None
@@ -224,7 +226,8 @@ def _infer_http(
 
 
 def _model_of(http: httpclient.InferenceServerClient, model: str, url: str) -> tuple[dict, dict]:
-    """The metadata and config of ``model``; ServerError for a model that is not there or a server that is not."""
+    """The metadata and config of ``model``; ServerError for a model that is not there or a server that is
+    not."""
     try:
         return http.get_model_metadata(model), http.get_model_config(model)
     except tritonutils.InferenceServerException as err:

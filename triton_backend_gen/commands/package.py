@@ -1,5 +1,6 @@
-"""``tbgen package``: the project's deployable image (toolchain.image), after its packed Python environments were
-checked against the base image (a mismatch would only show as a model that fails to load in the image)."""
+"""``tbgen package``: the project's deployable image (toolchain.image), after its packed Python environments
+were checked against the base image (a mismatch would only show as a model that fails to load in the
+image)."""
 
 from __future__ import annotations
 

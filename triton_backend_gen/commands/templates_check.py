@@ -2,8 +2,8 @@
 
 The matrix is the product of each template's choice and boolean options (gpu x language x native x batching
 ...) at the default dtype, then one variant per other dtype, one edge variant without batching and with
-variable dims, one per framework (cpp-backend wrapping libtorch, opencv-dnn: with ``smoke``, its example model is
-exported as `tbgen new` does) and one per signature of SIGNATURES (a model's own tensors instead of the
+variable dims, one per framework (cpp-backend wrapping libtorch, opencv-dnn: with ``smoke``, its example model
+is exported as `tbgen new` does) and one per signature of SIGNATURES (a model's own tensors instead of the
 example's). Each rendered variant must:
 load as a tbgen project, pass ``tbgen validate``, byte-compile every Python file, and contain no unrendered
 Jinja in its C++/CMake files (nor the word "cookiecutter" anywhere).
@@ -49,7 +49,8 @@ from triton_backend_gen.toolchain.sources import cached_sources
 NATIVE_SUFFIXES = {".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".cmake", ".in", ".ldscript", ".map"}
 DEFAULT_NAME = "my-backend"
 _JINJA = re.compile(r"\{\{|\{%|%\}|\{#|#\}")
-# Signatures every template is checked with: several dtypes, BYTES both ways, an optional input, variable dims.
+# Signatures every template is checked with: several dtypes, BYTES both ways, an optional input, variable
+# dims.
 SIGNATURES = {
     "mixed": signature.from_flags(
         ["TEXT:BYTES:1", "LANG:BYTES:1:optional", "IMG:FP16:3,-1", "K:INT32:1"],
@@ -59,58 +60,79 @@ SIGNATURES = {
 }
 
 
-# The options of sequence models, custom metrics and request parameters: combined with care (_feature_variants),
-# not multiplied out.
+# The options of sequence models, custom metrics and request parameters: combined with care
+# (_feature_variants), not multiplied out.
 FEATURE_KEYS = ("sequence", "correlation_id", "implicit_state", "custom_metrics", "request_parameters")
 
 
 def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str, Any]]:
     """Every combination of the template's choice and boolean options but dtype, framework, pattern and the
-    FEATURE_KEYS, then each other dtype, the edge variant, the feature variants, each framework, the SIGNATURES
-    and each composition pattern (without ``full``: the combinations, the edge variant and one feature variant
-    only)."""
-    axes = [
-        (o.key, o.choices or (False, True))
-        for o in template.options
-        if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)
-    ]
-    keys = [key for key, _ in axes]
-    for values in itertools.product(*(choices for _, choices in axes)):
-        yield dict(zip(keys, values, strict=True))
-    dtype = template.option("dtype")
-    for choice in dtype.choices[1:] if dtype and full else ():
-        yield {"dtype": choice}
-    # no batching, variable dims (a template without dims has no variant of this kind)
-    edge = {
-        k: v
-        for k, v in (("max_batch_size", 0), ("dims", "-1"))
-        if template.option("dims") and template.option(k)
-    }
-    if edge:
-        yield edge
+    FEATURE_KEYS, then each other dtype, the edge variant, the feature variants, each framework, the
+    SIGNATURES and each composition pattern (without ``full``: the combinations, the edge variant and one
+    feature variant only)."""
+    yield from _combinations(template)
+    if full:
+        yield from ({"dtype": choice} for choice in _other_choices(template, "dtype"))
+    yield from _edge_variant(template)
     yield from _feature_variants(template, full)
-    framework = template.option("framework")
-    for choice in framework.choices[1:] if framework and full else ():
-        yield {"framework": choice}
+    if full:
+        yield from ({"framework": choice} for choice in _other_choices(template, "framework"))
+        yield from _signature_variants(template)
+        yield from _pattern_variants(template)
+
+
+def _combinations(template: Template) -> Iterator[dict[str, Any]]:
+    """Every combination of the choice and boolean options that the other variants do not cover."""
+    excluded = ("dtype", "framework", "pattern", *FEATURE_KEYS)
+    axes = [(o.key, o.choices or (False, True)) for o in template.options if o.key not in excluded]
+    axes = [(key, choices) for key, choices in axes if _is_axis(template, key)]
+    for values in itertools.product(*(choices for _, choices in axes)):
+        yield dict(zip([key for key, _ in axes], values, strict=True))
+
+
+def _is_axis(template: Template, key: str) -> bool:
+    option = template.option(key)
+    return bool(option.choices) or option.kind is bool
+
+
+def _other_choices(template: Template, key: str) -> list[Any]:
+    """The choices of option ``key`` but its default (the combinations cover it); none without the option."""
+    option = template.option(key)
+    return list(option.choices[1:]) if option else []
+
+
+def _edge_variant(template: Template) -> Iterator[dict[str, Any]]:
+    """No batching and variable dims (a template without dims has no variant of this kind)."""
+    if template.option("dims"):
+        edge = {k: v for k, v in (("max_batch_size", 0), ("dims", "-1")) if template.option(k)}
+        if edge:
+            yield edge
+
+
+def _languages(template: Template) -> list[dict[str, Any]]:
+    """One answer per language of a template that has several, else one empty answer."""
     language = template.option("language")
-    for name, tensors in SIGNATURES.items() if template.option("signature") and full else ():
-        for choice in language.choices if language else (None,):
-            yield {
-                "signature": tensors.context(),
-                "model_name": name.replace("-", "_"),
-                **({"language": choice} if choice else {}),
-            }
-    for pattern in (
-        (p for p, names in compose.PATTERN_TEMPLATES.items() if template.name in names) if full else ()
-    ):
-        for choice in language.choices if language else (None,):
-            yield {"pattern": pattern, **({"language": choice} if choice else {})}
+    return [{"language": choice} for choice in language.choices] if language else [{}]
+
+
+def _signature_variants(template: Template) -> Iterator[dict[str, Any]]:
+    if template.option("signature"):
+        for name, tensors in SIGNATURES.items():
+            for language in _languages(template):
+                yield {"signature": tensors.context(), "model_name": name.replace("-", "_"), **language}
+
+
+def _pattern_variants(template: Template) -> Iterator[dict[str, Any]]:
+    for pattern, names in compose.PATTERN_TEMPLATES.items():
+        if template.name in names:
+            yield from ({"pattern": pattern, **language} for language in _languages(template))
 
 
 def _feature_variants(template: Template, full: bool) -> Iterator[dict[str, Any]]:
-    """A stateful model with every option that only it takes (oldest, string correlation IDs, implicit state where
-    the template has it), custom metrics and request parameters; with ``full`` also the direct strategy (over
-    integers where the template has a dtype), and custom metrics and request parameters on the stateless example."""
+    """A stateful model with every option that only it takes (oldest, string correlation IDs, implicit state
+    where the template has it), custom metrics and request parameters; with ``full`` also the direct strategy
+    (over integers where the template has a dtype), and custom metrics and request parameters on the stateless
+    example."""
     if not template.option("sequence"):
         return
     implicit = {"implicit_state": True} if template.name == "cpp-backend" else {}
@@ -140,16 +162,20 @@ def check_templates(
     smoke: bool = False,
     releases: list[str] | None = None,
     full: bool = True,
+    variants: dict[str, list[dict[str, Any]]] | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> CheckReport:
-    """Render (and with ``build``/``smoke`` build and smoke-test) each template's option matrix; ``full``: with
-    every dtype and signature variant (see option_matrix)."""
+    """Render (and with ``build``/``smoke`` build and smoke-test) each template's option matrix; ``full``:
+    with every dtype and signature variant (see option_matrix); ``variants``: these answers of each template
+    named instead of its matrix."""
+    if variants is not None:
+        names = list(variants)
     templates = [get_template(n) for n in names] if names else list(list_templates())
     targets = _release_targets(releases, smoke)
     cpu_only = smoke and not gpus_visible()
     report = CheckReport("the templates", counts={"variants": 0, "files": 0})
     with tempfile.TemporaryDirectory(prefix="tbgen-check-") as scratch:
-        for template, place, answers in _variants(templates, targets, full):
+        for template, place, answers in _variants(templates, targets, full, variants):
             label = f"{template.name} [{describe(answers)}]"
             progress(f"checking {label}")
             project = Path(scratch) / place
@@ -175,12 +201,17 @@ def _release_targets(releases: list[str] | None, smoke: bool) -> list[str | None
 
 
 def _variants(
-    templates: list[Template], targets: list[str | None], full: bool = True
+    templates: list[Template],
+    targets: list[str | None],
+    full: bool = True,
+    chosen: dict[str, list[dict[str, Any]]] | None = None,
 ) -> Iterator[tuple[Template, Path, dict[str, Any]]]:
-    """(template, where to render it in the scratch directory, answers) of each template's option matrix for each
-    release; the release goes into the answers of a template that has a triton_version option."""
+    """(template, where to render it in the scratch directory, answers) of each template's option matrix (or
+    its ``chosen`` answers) for each release; the release goes into the answers of a template that has a
+    triton_version option."""
     for template, release in itertools.product(templates, targets):
-        for index, answers in enumerate(option_matrix(template, full=full)):
+        matrix = option_matrix(template, full=full) if chosen is None else chosen[template.name]
+        for index, answers in enumerate(matrix):
             if release and template.option("triton_version"):
                 answers = {**answers, "triton_version": release}
             # Every variant keeps the template's default project name: what differs between two variants is
@@ -199,8 +230,8 @@ def _variant_problems(
     """(problems, why building was skipped) of a rendered variant: its files checked, then with ``build`` or
     ``smoke`` built, then with ``smoke`` smoke-tested, each step only when the ones before found nothing.
 
-    A run that lost a python backend stub (it crashed or hung; seen once in CI with the 2.51 server's BLS over a
-    stream) is said and run once more: a fault of the variant's own code comes back, and then fails it."""
+    A run that lost a python backend stub (it crashed or hung; seen once in CI with the 2.51 server's BLS over
+    a stream) is said and run once more: a fault of the variant's own code comes back, and then fails it."""
     problems = check_rendered_project(project, template)
     if problems or not (build or smoke):
         return problems, ""
@@ -263,8 +294,8 @@ def check_rendered_project(project: Path, template: Template) -> list[str]:
 
 
 def _file_problems(file: Path, rel: Path) -> list[str]:
-    """Problems of one rendered file (``rel`` its path in the project): Python that does not compile, leftovers
-    of the template."""
+    """Problems of one rendered file (``rel`` its path in the project): Python that does not compile,
+    leftovers of the template."""
     problems = []
     if file.suffix == ".py":
         try:

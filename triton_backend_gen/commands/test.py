@@ -1,4 +1,5 @@
-"""``tbgen test``: build what is out of date, start the project's server, run the smoke suite, stop the server.
+"""``tbgen test``: build what is out of date, start the project's server, run the smoke suite, stop the
+server.
 
 The command sequences the stages (toolchain's build, runtime's server, smoke's suite) and records how long
 the models took to load, for `tbgen deploy`'s startup probe; it decides nothing about any of them.

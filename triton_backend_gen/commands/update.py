@@ -1,5 +1,5 @@
-"""`tbgen update` and `tbgen check --drift`: a generated project moved to a newer release or template, or other
-answers, without losing the user's edits.
+"""`tbgen update` and `tbgen check --drift`: a generated project moved to a newer release or template, or
+other answers, without losing the user's edits.
 
 The base of the 3-way merge is the project's generation record (scaffold.record); tbgen's side is the record's
 recipe rendered again with the new release and answers (the models `tbgen add model` added replayed on it);
@@ -60,7 +60,8 @@ def plan_project_update(
     template_version: str | None = None,
 ) -> UpdatePlan:
     """What `tbgen update` would do: to ``triton_version`` (default: the newest release), with ``settings``
-    (--set) over the recorded answers, with the template version tbgen ships (``template_version`` must name it)."""
+    (--set) over the recorded answers, with the template version tbgen ships (``template_version`` must name
+    it)."""
     settings = dict(settings or {})
     if "project_name" in settings:
         raise UsageError(
@@ -154,7 +155,7 @@ def update_project(plan: UpdatePlan) -> None:
     apply_update(plan.project.root, plan.changes, plan.new)
 
 
-# --- drift -------------------------------------------------------------------------------------------------------
+# --- drift --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Drift:
     edited: list[str]  # generated files the user changed

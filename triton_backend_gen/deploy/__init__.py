@@ -7,8 +7,8 @@
   commands.deploy, then runs the smoke suite against it);
 - ``tools``: helm (from the deploy extra's wheel, unpacked into tbgen's cache) and yamllint.
 
-The chart's files are in ``chart/`` (Go templates copied as they are; Chart.yaml and values.yaml rendered), the
-schemas of custom resources tbgen checks in ``schemas/``.
+The chart's files are in ``chart/`` (Go templates copied as they are; Chart.yaml and values.yaml rendered),
+the schemas of custom resources tbgen checks in ``schemas/``.
 """
 
 from triton_backend_gen.deploy.check import CheckReport, check_deployment

@@ -112,8 +112,8 @@ def template_chart(
     kube_version: str | None = None,
     helm: Path | None = None,
 ) -> str:
-    """``helm template`` of ``chart_dir`` (its values.yaml, then ``settings`` as --set items): the rendered YAML.
-    A value the schema or a template's ``fail`` refuses is a UsageError with Helm's words."""
+    """``helm template`` of ``chart_dir`` (its values.yaml, then ``settings`` as --set items): the rendered
+    YAML. A value the schema or a template's ``fail`` refuses is a UsageError with Helm's words."""
     helm = helm or find_helm()
     args = ["template", release, str(chart_dir)]
     for item in settings:

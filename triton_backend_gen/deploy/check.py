@@ -1,7 +1,8 @@
 """`tbgen deploy check`: a rendered chart or a directory of manifests, validated offline.
 
 - a chart: ``helm lint --strict``, then ``helm template`` with its values and with every optional object
-  switched on (:data:`VARIANTS`: the HorizontalPodAutoscaler on CPU and on a Triton metric, the ServiceMonitor);
+  switched on (:data:`VARIANTS`: the HorizontalPodAutoscaler on CPU and on a Triton metric, the
+  ServiceMonitor);
 - every object, strictly (an unknown field is an error) against the Kubernetes schemas of each version asked
   for (kubernetes-validate bundles 1.25 up to its newest). A built-in kind its version does not serve (a
   removed API such as autoscaling/v2beta2, or a misspelling) fails; a custom resource is checked against a

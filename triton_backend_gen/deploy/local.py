@@ -1,5 +1,5 @@
-"""The chart's pod spec as a container on the local Docker engine, probed as the kubelet probes it (what `tbgen
-deploy local` runs the smoke suite against).
+"""The chart's pod spec as a container on the local Docker engine, probed as the kubelet probes it (what
+`tbgen deploy local` runs the smoke suite against).
 
 The Deployment the chart renders gives the container: image, command, args, env, ports, the size of the
 memory-backed /dev/shm, the other emptyDir volumes (tmpfs), the user and group, a read-only root file system,
@@ -7,12 +7,13 @@ dropped capabilities, no privilege escalation, and the CPU and memory limits. It
 its servers bound to 127.0.0.1 (three address flags are appended to its args; the chart's ports are used when
 they are free there, else free ones are rendered into it and a note says so).
 
-:class:`ProbeMonitor` runs the chart's probes as the kubelet would: the startup probe from the container's start
-(initialDelaySeconds, then every periodSeconds, each attempt an HTTP GET within timeoutSeconds, 200-399 a
-success; failureThreshold failures in a row: the kubelet would restart the container, a failure here); then
-readiness and liveness on their own schedules while the smoke suite runs (readiness: successThreshold successes
-in a row make the pod ready, failureThreshold failures unready; liveness: failureThreshold failures in a row
-would restart it). The container is stopped and removed on every way out (the runtime's ContainerServer).
+:class:`ProbeMonitor` runs the chart's probes as the kubelet would: the startup probe from the container's
+start (initialDelaySeconds, then every periodSeconds, each attempt an HTTP GET within timeoutSeconds, 200-399
+a success; failureThreshold failures in a row: the kubelet would restart the container, a failure here); then
+readiness and liveness on their own schedules while the smoke suite runs (readiness: successThreshold
+successes in a row make the pod ready, failureThreshold failures unready; liveness: failureThreshold failures
+in a row would restart it). The container is stopped and removed on every way out (the runtime's
+ContainerServer).
 """
 
 from __future__ import annotations
@@ -148,6 +149,30 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
     ports = {
         p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in container.get("ports", [])
     }
+    shm, tmpfs = _mounts(pod, container)
+    security = {**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})}
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return PodContainer(
+        image=container["image"],
+        command=tuple(container.get("command", ())),
+        args=tuple(container.get("args", ())),
+        env=_literal_env(container),
+        ports=ports,
+        shm_bytes=shm,
+        tmpfs=tuple(tmpfs),
+        user=_user(security),
+        read_only=bool(security.get("readOnlyRootFilesystem", False)),
+        drop_all="ALL" in ((security.get("capabilities") or {}).get("drop") or ()),
+        no_new_privileges=security.get("allowPrivilegeEscalation") is False,
+        memory_limit=int(quantity(limits["memory"])) if "memory" in limits else None,
+        nano_cpus=int(quantity(limits["cpu"]) * 1e9) if "cpu" in limits else None,
+        gpus=int(limits.get("nvidia.com/gpu", 0)),
+        probes=_probes(container, ports),
+    )
+
+
+def _mounts(pod: dict[str, Any], container: dict[str, Any]) -> tuple[int | None, list[str]]:
+    """(the size of /dev/shm, the other mount paths) of the container's emptyDir volumes."""
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     shm, tmpfs = None, []
     for mount in container.get("volumeMounts", []):
@@ -161,11 +186,10 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
             shm = int(quantity(empty.get("sizeLimit", "64Mi")))
         else:
             tmpfs.append(mount["mountPath"])
-    security = {**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})}
-    user = security.get("runAsUser")
-    group = security.get("runAsGroup")
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
+    return shm, tmpfs
+
+
+def _literal_env(container: dict[str, Any]) -> dict[str, str]:
     env = {}
     for item in container.get("env", []):
         if "value" not in item:
@@ -174,31 +198,22 @@ def pod_container(deployment: dict[str, Any]) -> PodContainer:
                 "`tbgen deploy local` passes literal values only.",
             )
         env[item["name"]] = str(item["value"])
-    return PodContainer(
-        image=container["image"],
-        command=tuple(container.get("command", ())),
-        args=tuple(container.get("args", ())),
-        env=env,
-        ports=ports,
-        shm_bytes=shm,
-        tmpfs=tuple(tmpfs),
-        user=None if user is None else f"{user}:{group}" if group is not None else str(user),
-        read_only=bool(security.get("readOnlyRootFilesystem", False)),
-        drop_all="ALL" in ((security.get("capabilities") or {}).get("drop") or ()),
-        no_new_privileges=security.get("allowPrivilegeEscalation") is False,
-        memory_limit=int(quantity(limits["memory"])) if "memory" in limits else None,
-        nano_cpus=int(quantity(limits["cpu"]) * 1e9) if "cpu" in limits else None,
-        gpus=int(limits.get("nvidia.com/gpu", 0)),
-        probes={
-            kind: probe
-            for kind, key in (
-                ("startup", "startupProbe"),
-                ("readiness", "readinessProbe"),
-                ("liveness", "livenessProbe"),
-            )
-            if (probe := probe_of(kind, container.get(key), ports)) is not None
-        },
-    )
+    return env
+
+
+def _user(security: dict[str, Any]) -> str | None:
+    """Docker's USER[:GROUP] of runAsUser and runAsGroup."""
+    user, group = security.get("runAsUser"), security.get("runAsGroup")
+    if user is None:
+        return None
+    return f"{user}:{group}" if group is not None else str(user)
+
+
+def _probes(container: dict[str, Any], ports: dict[str, int]) -> dict[str, Probe]:
+    keys = (("startup", "startupProbe"), ("readiness", "readinessProbe"), ("liveness", "livenessProbe"))
+    return {
+        kind: probe for kind, key in keys if (probe := probe_of(kind, container.get(key), ports)) is not None
+    }
 
 
 def docker_spec(pod: PodContainer, container_labels: dict[str, str], host: str = LOOPBACK) -> dict[str, Any]:
@@ -311,8 +326,8 @@ class ProbeMonitor:
         return record is not None and (record.ready_at is not None or record.unready > 0)
 
     def wait_started(self) -> float:
-        """Run the startup probe until it passes (seconds from the container's start); DeployError when it trips
-        or the container exits."""
+        """Run the startup probe until it passes (seconds from the container's start); DeployError when it
+        trips or the container exits."""
         record = self.records.get("startup")
         if record is None:
             return 0.0
@@ -329,8 +344,9 @@ class ProbeMonitor:
                 raise DeployError(
                     f"The startup probe failed {_times(record.in_a_row)} in a row ({probe.describe()}; last: "
                     f"{record.last}): the kubelet would restart the container.",
-                    f"The chart allows {probe.failure * probe.period} s for the models to load; measure the load "
-                    "time with `tbgen test` and render the chart again, or raise probes.startup.failureThreshold.",
+                    f"The chart allows {probe.failure * probe.period} s for the models to load; measure "
+                    "the load time with `tbgen test` and render the chart again, or raise "
+                    "probes.startup.failureThreshold.",
                 )
             due += probe.period
 
@@ -424,7 +440,8 @@ def _times(count: int) -> str:
 
 # --- the container ------------------------------------------------------------------------------------------
 class PodServer(ContainerServer):
-    """The chart's pod spec in a container: the runtime's launcher interface, started when its probes say so."""
+    """The chart's pod spec in a container: the runtime's launcher interface, started when its probes say
+    so."""
 
     def __init__(self, pod: PodContainer, project: Project, log_file: Path) -> None:
         super().__init__(
@@ -489,10 +506,10 @@ def _memory_used(container: Any) -> int | None:
         return None
 
 
-# --- the pod here ---------------------------------------------------------------------------------------------
+# --- the pod here -------------------------------------------------------------------------------------------
 def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
-    """The pod of the chart's rendered Deployment (a chart: helm template; manifests: the files), with free ports
-    on 127.0.0.1 when the chart's are taken (a chart only), and notes saying what changed."""
+    """The pod of the chart's rendered Deployment (a chart: helm template; manifests: the files), with free
+    ports on 127.0.0.1 when the chart's are taken (a chart only), and notes saying what changed."""
     if not (chart / "Chart.yaml").is_file():
         pod = pod_container(
             deployment_of("\n---\n".join(path.read_text() for path in sorted(chart.glob("*.yaml"))))
@@ -520,8 +537,8 @@ def pod_for_local(chart: Path) -> tuple[PodContainer, list[str]]:
 
 
 def fit_to_engine(pod: PodContainer, cpus: int) -> tuple[PodContainer, list[str]]:
-    """``pod`` with its CPU limit cut to the engine's ``cpus`` (Docker refuses more; a node may have them), and a
-    note when it was."""
+    """``pod`` with its CPU limit cut to the engine's ``cpus`` (Docker refuses more; a node may have them),
+    and a note when it was."""
     if pod.nano_cpus is None or not cpus or pod.nano_cpus <= cpus * 10**9:
         return pod, []
     return dataclasses.replace(pod, nano_cpus=cpus * 10**9), [
@@ -536,8 +553,8 @@ def check_gpus(pod: PodContainer, engine: dict[str, Any]) -> None:
     runtimes = engine.get("Runtimes") or {}
     if "nvidia" not in runtimes:
         raise DeployError(
-            f"The chart asks each pod for {pod.gpus} nvidia.com/gpu (a model has KIND_GPU instances), and this Docker "
-            "engine has no NVIDIA runtime.",
-            "Run `tbgen deploy local` where the NVIDIA Container Toolkit is installed; `tbgen deploy check` validates "
-            "the chart without one.",
+            f"The chart asks each pod for {pod.gpus} nvidia.com/gpu (a model has KIND_GPU instances), and "
+            "this Docker engine has no NVIDIA runtime.",
+            "Run `tbgen deploy local` where the NVIDIA Container Toolkit is installed; `tbgen deploy "
+            "check` validates the chart without one.",
         )

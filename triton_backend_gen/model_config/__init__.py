@@ -8,9 +8,10 @@ the line of the offending field when it can be found in the text.
 protobuf and tritonclient are imported when first used (triton_backend_gen.lazy), so importing this package
 (and running ``tbgen --help``) stays cheap.
 
-Layout: ``expectations`` (what the project expects of a model; a check reports findings.Finding), ``parsing`` (reading and parsing a config, explaining parse
-errors), ``locate`` (line numbers of fields in the text), ``checks`` (the semantic checks, one module per
-theme), ``tree`` (every config of a project or model repository, with what the project expects).
+Layout: ``expectations`` (what the project expects of a model; a check reports findings.Finding), ``parsing``
+(reading and parsing a config, explaining parse errors), ``locate`` (line numbers of fields in the text),
+``checks`` (the semantic checks, one module per theme), ``tree`` (every config of a project or model
+repository, with what the project expects).
 """
 
 from triton_backend_gen.model_config.checks import check_config

@@ -1,5 +1,5 @@
-"""A python-backend model's own Python environment: the EXECUTION_ENV_PATH parameter of its config.pbtxt and the
-packed environment (a venv-pack gzip tarball) it names.
+"""A python-backend model's own Python environment: the EXECUTION_ENV_PATH parameter of its config.pbtxt and
+the packed environment (a venv-pack gzip tarball) it names.
 
 The python backend unpacks the tarball and runs the model's stub in it, so the environment must be of the
 Python the stub is built for (major.minor), its base interpreter must exist at the same path where the server
@@ -47,8 +47,8 @@ class PackedEnv:
 
 
 def env_file(config: model_config_pb2.ModelConfig, model_dir: Path) -> Path | None:
-    """The tarball ``config``'s EXECUTION_ENV_PATH names (``$$TRITON_MODEL_DIRECTORY`` resolved to ``model_dir``),
-    or None when the model has no environment of its own."""
+    """The tarball ``config``'s EXECUTION_ENV_PATH names (``$$TRITON_MODEL_DIRECTORY`` resolved to
+    ``model_dir``), or None when the model has no environment of its own."""
     if ENV_PARAMETER not in config.parameters:
         return None
     value = config.parameters[ENV_PARAMETER].string_value.strip()
@@ -162,7 +162,8 @@ def unsatisfied_imports(
 
 
 def with_env_parameter(text: str, value: str) -> str:
-    """config.pbtxt ``text`` with EXECUTION_ENV_PATH set to ``value`` (added at the end, or its value replaced)."""
+    """config.pbtxt ``text`` with EXECUTION_ENV_PATH set to ``value`` (added at the end, or its value
+    replaced)."""
     pattern = re.compile(
         r'(key\s*:\s*"' + ENV_PARAMETER + r'"\s*value\s*:?\s*\{\s*string_value\s*:\s*)"[^"]*"'
     )
@@ -175,5 +176,6 @@ def with_env_parameter(text: str, value: str) -> str:
         )
     return (
         text.rstrip("\n") + "\n\n# The model's Python environment, packed by `tbgen env pack` from "
-        f'requirements.txt.\nparameters {{\n  key: "{ENV_PARAMETER}"\n  value: {{ string_value: "{value}" }}\n}}\n'
+        f'requirements.txt.\nparameters {{\n  key: "{ENV_PARAMETER}"\n'
+        f'  value: {{ string_value: "{value}" }}\n}}\n'
     )

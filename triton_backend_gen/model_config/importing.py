@@ -192,7 +192,8 @@ def _carried_text(config: Any) -> str:
 def _label_files(
     directory: Path, outputs: tuple[signature.Tensor, ...]
 ) -> tuple[dict[str, bytes], list[str]]:
-    """Each output's label file: copied when it lies beside the config, else a placeholder (one label a class)."""
+    """Each output's label file: copied when it lies beside the config, else a placeholder (one label a
+    class)."""
     files: dict[str, bytes] = {}
     notes = []
     for tensor in outputs:

@@ -39,8 +39,8 @@ def find_configs(root: Path) -> list[Path]:
 def validate_tree(
     root: Path, project: Project | None = None, *, gpus_visible: bool | None = None
 ) -> list[Finding]:
-    """Findings for every config under ``root``; the models ``project`` lists (the project ``root`` is in, when
-    there is one) are also checked against what it expects of them (backend, decoupled, GPU).
+    """Findings for every config under ``root``; the models ``project`` lists (the project ``root`` is in,
+    when there is one) are also checked against what it expects of them (backend, decoupled, GPU).
     ``gpus_visible=False`` warns about GPU instances, which a server on this machine would refuse."""
     root = Path(root)
     expectations = _project_expectations(project) if project is not None else {}

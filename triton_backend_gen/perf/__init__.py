@@ -2,8 +2,8 @@
 statistics and the client's and server's CPU use, per concurrency level.
 
 Modules: ``run`` (:func:`plan_bench` and :meth:`Bench.measure` against a running server), ``perf_analyzer``
-(finding and driving it, its CSV), ``loadgen`` (the asyncio generator, decoupled streams included) and ``stats``
-(the report, percentiles, ratios). Starting the server is the command's job (commands.bench).
+(finding and driving it, its CSV), ``loadgen`` (the asyncio generator, decoupled streams included) and
+``stats`` (the report, percentiles, ratios). Starting the server is the command's job (commands.bench).
 """
 
 from triton_backend_gen.perf.run import Bench, plan_bench

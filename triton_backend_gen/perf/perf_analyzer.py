@@ -39,8 +39,8 @@ def find_perf_analyzer() -> Path | None:
 
 
 def library_dir(dest: Path) -> Path | None:
-    """``dest`` holding the two names perf_analyzer needs, linked to the nvidia-pytriton wheel's files; None when
-    the wheel is not installed."""
+    """``dest`` holding the two names perf_analyzer needs, linked to the nvidia-pytriton wheel's files; None
+    when the wheel is not installed."""
     libs = next((Path(p) / WHEEL_LIBS for p in sys.path if (Path(p) / WHEEL_LIBS).is_dir()), None)
     if libs is None:
         return None
@@ -91,7 +91,8 @@ def command(
     streaming: bool,
     stability_percentage: int = 100,
 ) -> list[str]:
-    """One perf_analyzer run at one concurrency level (three windows that agree within ``stability_percentage``)."""
+    """One perf_analyzer run at one concurrency level (three windows that agree within
+    ``stability_percentage``)."""
     args = [
         str(executable),
         "-m",

@@ -1,11 +1,12 @@
-"""``tbgen bench``: load one model of a running server at several concurrency levels and report what it sustained.
+"""``tbgen bench``: load one model of a running server at several concurrency levels and report what it
+sustained.
 
 ``plan_bench`` checks the options against the model (before any server starts) and makes the request;
 ``Bench.measure`` loads a running server (commands.bench starts one, or takes a URL). Each level is
-measured by perf_analyzer when it is available (``tool="auto"``), else by tbgen's asyncio gRPC generator; either
-way the server's own queue and compute times come from Triton's statistics extension (the difference over the
-level), and the CPU time both the client and the server used is reported beside the throughput, because on a
-small machine they compete for the same cores.
+measured by perf_analyzer when it is available (``tool="auto"``), else by tbgen's asyncio gRPC generator;
+either way the server's own queue and compute times come from Triton's statistics extension (the difference
+over the level), and the CPU time both the client and the server used is reported beside the throughput,
+because on a small machine they compete for the same cores.
 """
 
 from __future__ import annotations
@@ -221,8 +222,8 @@ def _perf_analyzer_level(
     if libs is not None:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # Windows that disagree by more than 100% (a sequence model's: sequences start and end in bursts) are measured
-    # again and taken as they come: the level's figure is their mean either way.
+    # Windows that disagree by more than 100% (a sequence model's: sequences start and end in bursts) are
+    # measured again and taken as they come: the level's figure is their mean either way.
     for stability in (100, 1000):
         command = pa.command(
             executable,
@@ -336,7 +337,8 @@ def server_times(before: dict, after: dict) -> tuple[float, float, int]:
 
 
 def server_cpu_seconds(pid: int | None) -> float | None:
-    """CPU seconds used so far by ``pid``'s process group (the server and its python stubs); None without one."""
+    """CPU seconds used so far by ``pid``'s process group (the server and its python stubs); None without
+    one."""
     if pid is None:
         return None
     ticks = 0

@@ -64,7 +64,8 @@ def project_backend_dir(project: Project) -> Path | None:
         directory = project.python_based_dir
         if not (directory / "model.py").is_file():
             raise ServerError(
-                f"The Python-based backend of {project.name} is missing: {directory / 'model.py'} does not exist.",
+                f"The Python-based backend of {project.name} is missing: {directory / 'model.py'} does not "
+                "exist.",
                 f"Restore {directory.relative_to(project.root) / 'model.py'} from version control.",
             )
         return directory
@@ -77,7 +78,8 @@ def assemble_backend_dir(
     project: Project | None,
     python: Path = Path(sys.executable),
 ) -> BackendLayout:
-    """Build ``dest/backends`` and ``dest/lib`` for a run of ``install`` (replacing what a previous run left)."""
+    """Build ``dest/backends`` and ``dest/lib`` for a run of ``install`` (replacing what a previous run
+    left)."""
     dest = Path(dest)
     backends, lib = dest / "backends", dest / "lib"
     own_backend = project_backend_dir(project) if project is not None else None
@@ -137,7 +139,8 @@ def _link_server_backends(
 
 
 def _link_own_backend(install: ServerInstall, project: Project, own_backend: Path, backends: Path) -> None:
-    """Link the project's backend into ``backends``; raises ServerError when the server has one of that name."""
+    """Link the project's backend into ``backends``; raises ServerError when the server has one of that
+    name."""
     target = backends / project.backend
     if target.exists() or target.is_symlink():
         raise ServerError(

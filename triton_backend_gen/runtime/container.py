@@ -1,4 +1,5 @@
-"""tritonserver in a container of a tritonserver image (the container launcher of ``runtime.server.TritonServer``).
+"""tritonserver in a container of a tritonserver image (the container launcher of
+``runtime.server.TritonServer``).
 
 The image is the release's NGC image (``nvcr.io/nvidia/tritonserver:<YY.MM>-py3``) unless ``--image`` names
 another one with the same layout (``/opt/tritonserver``). ``server_spec`` and ``server_command`` only decide
@@ -159,8 +160,8 @@ class ContainerServer(TritonServer):
             raise
 
     def _container_spec(self) -> dict[str, Any]:
-        """Keyword arguments of ``client.containers.create`` (``self._client`` is connected); here the server's
-        container (the image checked, GPUs requested, free ports chosen)."""
+        """Keyword arguments of ``client.containers.create`` (``self._client`` is connected); here the
+        server's container (the image checked, GPUs requested, free ports chosen)."""
         ensure_image(self._client, self.image)
         requests = gpu_requests(self._client, self.gpu)
         self.ports = self._choose_ports()

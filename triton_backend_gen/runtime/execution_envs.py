@@ -42,7 +42,8 @@ _PROBE = (
 
 
 def packed_envs(repository: Path) -> list[tuple[str, Path, PackedEnv | None]]:
-    """(model, tarball, what it holds or None when the file is missing) of every model with EXECUTION_ENV_PATH."""
+    """(model, tarball, what it holds or None when the file is missing) of every model with
+    EXECUTION_ENV_PATH."""
     found = []
     for config_file in sorted(repository.glob("*/config.pbtxt")):
         try:
@@ -141,8 +142,9 @@ class ImportFinding:
 
 
 def import_findings(project: Project, available_here: Callable[[str], bool]) -> list[ImportFinding]:
-    """For each python model: the modules its model.py imports that it will not find: in its packed environment
-    when it has one, else where ``available_here`` (tbgen's Python, whose stub the local server runs) looks."""
+    """For each python model: the modules its model.py imports that it will not find: in its packed
+    environment when it has one, else where ``available_here`` (tbgen's Python, whose stub the local server
+    runs) looks."""
     findings = []
     for entry in python_models(project):
         sources = sorted(entry.directory.glob("[0-9]*/model.py"))

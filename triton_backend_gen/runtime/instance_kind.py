@@ -2,8 +2,8 @@
 
 A project made with ``--gpu`` has KIND_GPU instance groups, which a machine without a GPU refuses to load.
 ``--instance-kind cpu`` serves a copy of the repository (under the project's ``build/tbgen/``, never named
-``model_repository``) whose instance groups are KIND_CPU: the user's files are never touched, and the CUDA path
-is then not exercised. ``gpu`` does the opposite; ``model`` (the default) serves the repository as it is.
+``model_repository``) whose instance groups are KIND_CPU: the user's files are never touched, and the CUDA
+path is then not exercised. ``gpu`` does the opposite; ``model`` (the default) serves the repository as it is.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ def parse_instance_kind(text: str | None) -> str | None:
 
 
 def gpu_models(repository: Path) -> list[str]:
-    """The models of ``repository`` with a KIND_GPU instance group (unreadable configs are left to the server)."""
+    """The models of ``repository`` with a KIND_GPU instance group (unreadable configs are left to the
+    server)."""
     found = []
     for path in find_configs(repository):
         try:
@@ -62,8 +63,8 @@ def with_instance_kind(config: model_config_pb2.ModelConfig, kind: str) -> model
 
 
 def run_repository(source: Path, dest: Path, kind: str) -> list[str]:
-    """Copy ``source`` to ``dest`` (replacing what a previous run left) with every config rewritten to ``kind``;
-    the names of the models whose instance kind changed."""
+    """Copy ``source`` to ``dest`` (replacing what a previous run left) with every config rewritten to
+    ``kind``; the names of the models whose instance kind changed."""
     if dest.name == "model_repository" or dest.resolve() == source.resolve():
         raise ServerError(f"Refusing to rewrite {dest}: a run copy never replaces a model repository.")
     if dest.exists():

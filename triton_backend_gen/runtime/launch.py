@@ -1,4 +1,5 @@
-"""Which launcher serves a run, and with what: the runtime's entry point (``prepare_server``, ``start_server``).
+"""Which launcher serves a run, and with what: the runtime's entry point (``prepare_server``,
+``start_server``).
 
 For a project: its model repository (or a run copy of it, see ``runtime.instance_kind``), the log at
 ``<project>/build/tbgen/server.log`` and the backend tree under ``<project>/build/tbgen/``. For a bare model
@@ -43,12 +44,12 @@ def prepare_server(
 ) -> TritonServer:
     """A server (not started) for a project or a bare model repository (a directory of models).
 
-    ``overrides`` set ServerOptions fields (http_port=8000, verbose=True, ...). With ``docker`` the server runs
-    in a container of ``image`` (default: the NGC image of the project's release, or of the newest release for
-    a bare repository), with all GPUs when ``gpu``; ``mount=False`` serves the image's own /models and backends
-    (an image made by `tbgen package`). ``instance_kind`` ("cpu" or "gpu") serves a copy of the repository with
-    every instance group of that kind; without it, KIND_GPU models where no GPU is visible are refused here with
-    the fix, before a server starts."""
+    ``overrides`` set ServerOptions fields (http_port=8000, verbose=True, ...). With ``docker`` the server
+    runs in a container of ``image`` (default: the NGC image of the project's release, or of the newest
+    release for a bare repository), with all GPUs when ``gpu``; ``mount=False`` serves the image's own /models
+    and backends (an image made by `tbgen package`). ``instance_kind`` ("cpu" or "gpu") serves a copy of the
+    repository with every instance group of that kind; without it, KIND_GPU models where no GPU is visible are
+    refused here with the fix, before a server starts."""
     project = target if isinstance(target, Project) else None
     work_dir, repository = _work_dir_and_repository(target)
     notes: list[str] = []
@@ -100,7 +101,8 @@ def is_model_repository(path: Path) -> bool:
 
 
 def _run_copy(repository: Path, dest: Path, kind: str, notes: list[str]) -> Path:
-    """``dest``: a copy of ``repository`` with every instance group of ``kind`` (what changed goes to notes)."""
+    """``dest``: a copy of ``repository`` with every instance group of ``kind`` (what changed goes to
+    notes)."""
     changed = run_repository(repository, dest, kind)
     if changed:
         notes.append(
@@ -144,7 +146,8 @@ def _refuse_gpu_models(repository: Path, docker: bool) -> None:
     if models:
         where = "the container gets no GPU (no --gpu)" if docker else "this machine has no visible GPU"
         raise ServerError(
-            f"{', '.join(models)} asks for KIND_GPU instances, and {where}: the server would refuse to load it.",
-            "Run with --instance-kind cpu (a copy of the models on KIND_CPU instances; the CUDA path is then not "
-            "exercised)" + (", or add --gpu." if docker else ", or run on a machine with a GPU."),
+            f"{', '.join(models)} asks for KIND_GPU instances, and {where}: the server would refuse to "
+            "load it.",
+            "Run with --instance-kind cpu (a copy of the models on KIND_CPU instances; the CUDA path is "
+            "then not exercised)" + (", or add --gpu." if docker else ", or run on a machine with a GPU."),
         )

@@ -44,7 +44,8 @@ def load_failure_hints(log: str, *, docker: bool) -> list[str]:
 
 
 def require_ready(project: Project, triton: TritonServer) -> None:
-    """ServerError naming every model that did not load, with validate's findings and the server's log lines."""
+    """ServerError naming every model that did not load, with validate's findings and the server's log
+    lines."""
     not_ready = [m for m in triton.model_states() if m.state != "READY"]
     if not_ready:
         names = ", ".join(f"{m.name} ({m.state or 'not loaded'}: {m.reason})" for m in not_ready)
@@ -92,9 +93,9 @@ def stub_failures(
         found.append(
             (
                 instance,
-                f"the python backend's stub process of {instance} stopped answering: {state}. Triton does not "
-                "restart it, so every later request of the model failed. Run the test again: a fault of "
-                f"model.py comes back every time. Server log ({triton.log_file}):\n"
+                f"the python backend's stub process of {instance} stopped answering: {state}. Triton does "
+                "not restart it, so every later request of the model failed. Run the test again: a fault "
+                f"of model.py comes back every time. Server log ({triton.log_file}):\n"
                 f"{lines or '(nothing about it)'}",
             )
         )

@@ -41,7 +41,8 @@ def record_load_time(project: Project, seconds: float, server: str) -> Path:
 
 
 def read_load_time(project: Project) -> LoadTime | None:
-    """The last recorded load time, or None when `tbgen test` has not measured one (or the file is unreadable)."""
+    """The last recorded load time, or None when `tbgen test` has not measured one (or the file is
+    unreadable)."""
     try:
         data = json.loads(load_time_file(project).read_text())
         return LoadTime(float(data["seconds"]), str(data.get("server", "")), str(data.get("measured_at", "")))

@@ -139,7 +139,8 @@ class LocalServer(TritonServer):
                         _kill_group(process.pid)
                         process.wait()
                 self._returncode = process.returncode
-                # The python stubs of a killed server are still in its group; a cleanly stopped server has none.
+                # The python stubs of a killed server are still in its group; a cleanly stopped server has
+                # none.
                 _kill_group(process.pid)
                 _wait_group_gone(process.pid, timeout=5)
                 if (
@@ -165,7 +166,8 @@ class LocalServer(TritonServer):
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue  # it has just exited
-            # triton_python_backend_stub MODEL_PY SHM_REGION SHM_SIZE SHM_GROWTH PARENT_PID LIB_DIR IPC INSTANCE ...
+            # triton_python_backend_stub MODEL_PY SHM_REGION SHM_SIZE SHM_GROWTH PARENT_PID LIB_DIR IPC
+            # INSTANCE ...
             if len(argv) > 8 and argv[0].endswith(b"triton_python_backend_stub"):
                 instances.add(argv[8].decode(errors="replace"))
         return instances

@@ -38,8 +38,8 @@ def release_note(project: Project, install: ServerInstall) -> ReleaseNote | None
             warning=True,
         )
     what = (
-        f"{project.name} targets Triton {target.container} (tritonserver {target.server_version}); this server "
-        f"is release {release.container} (tritonserver {install.version}, {install.source})."
+        f"{project.name} targets Triton {target.container} (tritonserver {target.server_version}); this "
+        f"server is release {release.container} (tritonserver {install.version}, {install.source})."
     )
     fix = (
         f"To run on {target.container} itself: --server PATH (a {target.container} tritonserver) or --docker "

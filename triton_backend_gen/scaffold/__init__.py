@@ -85,9 +85,10 @@ def render_new_project(
     )  # as it is: answers are stripped, a directory name is not
     if "project_name" in given and str(given["project_name"]).strip() != name:
         raise AnswerError(
-            f"project_name {given['project_name']!r} differs from the name of the project directory {name!r}.",
-            "The project's name is the last part of the path `tbgen new` is given: leave project_name out of --set and "
-            "answers files.",
+            f"project_name {given['project_name']!r} differs from the name of the project directory "
+            f"{name!r}.",
+            "The project's name is the last part of the path `tbgen new` is given: leave project_name out "
+            "of --set and answers files.",
         )
     carried: dict[str, bytes] = {}
     if imported is not None:
@@ -107,8 +108,8 @@ def render_recipe(
     force: bool = False,
     prompter: Prompter | None = None,
 ) -> tuple[Path, Record]:
-    """Render ``recipe`` (a new project's, or a recorded one with other answers) into ``target``, replaying the
-    models it added, and record it there; the project's path and its record. ``carried``: the contents of
+    """Render ``recipe`` (a new project's, or a recorded one with other answers) into ``target``, replaying
+    the models it added, and record it there; the project's path and its record. ``carried``: the contents of
     ``recipe.carried``."""
     spec = get_template(recipe.template)
     composition, given = _plan_recipe(recipe)
@@ -166,8 +167,8 @@ def _as_rendered(
 
 
 def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path) -> None:
-    """Over an existing tbgen project, --force replaces only the files tbgen generated and the user never edited
-    (by its generation record; every differing file is taken for an edit when it has none)."""
+    """Over an existing tbgen project, --force replaces only the files tbgen generated and the user never
+    edited (by its generation record; every differing file is taken for an edit when it has none)."""
     if not (target / PROJECT_FILE).is_file():
         return
     record = read_record(target)
@@ -180,11 +181,12 @@ def _refuse_to_revert_edits(rendered: Mapping[str, GeneratedFile], target: Path)
     if edited:
         listed = ", ".join(edited[:8]) + (f" and {len(edited) - 8} more" if len(edited) > 8 else "")
         raise UsageError(
-            f"{target} is a tbgen project, and `tbgen new` with --force would replace {len(edited)} file(s) you "
-            f"edited: {listed}.",
-            "To move the project to other answers or a newer release and keep your edits: `tbgen update --dry-run` "
-            "shows the plan, `tbgen update` applies it (with --set key=value or --triton-version for other answers "
-            "or releases). To discard your edits, delete those files first.",
+            f"{target} is a tbgen project, and `tbgen new` with --force would replace {len(edited)} "
+            f"file(s) you edited: {listed}.",
+            "To move the project to other answers or a newer release and keep your edits: `tbgen update "
+            "--dry-run` shows the plan, `tbgen update` applies it (with --set key=value or "
+            "--triton-version for other answers or releases). To discard your edits, delete those files "
+            "first.",
         )
 
 

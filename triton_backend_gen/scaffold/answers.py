@@ -1,8 +1,8 @@
 """Answers: typed and validated before anything is written.
 
-Layers, highest first: what the user gave (flags, ``--set``, interactive prompts), an answers file, the template's
-defaults. Defaults that depend on the Triton release (the CUDA architecture list) come from the release matrix,
-so that choosing ``--triton-version`` moves them too.
+Layers, highest first: what the user gave (flags, ``--set``, interactive prompts), an answers file, the
+template's defaults. Defaults that depend on the Triton release (the CUDA architecture list) come from the
+release matrix, so that choosing ``--triton-version`` moves them too.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def parse_set_options(pairs: list[str]) -> dict[str, str]:
 
 
 def read_answers_file(path: Path) -> dict[str, Any]:
-    """Answers from a file: a project's tbgen.toml (its [answers], its template as ``template`` and its model's
-    signature), a TOML file of answers, or a JSON object. A ``[[models]]`` entry (there may be one) gives the
-    model's name and signature (``[[models.inputs]]``, ``[[models.outputs]]``)."""
+    """Answers from a file: a project's tbgen.toml (its [answers], its template as ``template`` and its
+    model's signature), a TOML file of answers, or a JSON object. A ``[[models]]`` entry (there may be one)
+    gives the model's name and signature (``[[models.inputs]]``, ``[[models.outputs]]``)."""
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else toml_tables(text)
@@ -366,10 +366,10 @@ def _check_sequence_options(answers: Mapping[str, Any], sequence: str, python: b
     """AnswerError for an option a sequence model cannot take (the add/sub example's, a GPU, a framework)."""
     if answers.get("implicit_state") and python:
         raise AnswerError(
-            "The python backend does not support implicit state (it never calls Triton's TRITONBACKEND_State* API, "
-            "up to release 26.02).",
-            "Drop --set implicit_state=yes: the generated model.py keeps each sequence's state itself; or use the "
-            "cpp-backend template.",
+            "The python backend does not support implicit state (it never calls Triton's "
+            "TRITONBACKEND_State* API, up to release 26.02).",
+            "Drop --set implicit_state=yes: the generated model.py keeps each sequence's state itself; or "
+            "use the cpp-backend template.",
         )
     for key in ("native", "python_based_backend", "auto_complete"):
         if answers.get(key):

@@ -544,8 +544,8 @@ def _set_entry_line(root: Path, model: str, line: str) -> None:
 
 
 def _add_entries(root: Path, entries: list[str], *, first: bool = False) -> None:
-    """Add [[models]] entries to the tbgen.toml being grown under ``root`` (``first``: the first of them before
-    the template's model)."""
+    """Add [[models]] entries to the tbgen.toml being grown under ``root`` (``first``: the first of them
+    before the template's model)."""
     file = root / "tbgen.toml"
     file.write_text(model_entries.add_entries(file.read_text(), entries, first=first))
 
@@ -618,7 +618,8 @@ def _grow_staging(
     spec: Template,
     name: str,
 ) -> list[Path]:
-    """Grow a copy of the project's tbgen.toml and configs in ``staging`` by the new models; the files written."""
+    """Grow a copy of the project's tbgen.toml and configs in ``staging`` by the new models; the files
+    written."""
     shutil.copy2(project.project_file, staging / "tbgen.toml")
     for model in project.models:
         if model.config_file.is_file():
@@ -699,8 +700,8 @@ class AddCommand:
         template: str | None = None,
         settings: Mapping[str, str] | None = None,
     ) -> str:
-        """The command with ``tensors`` as its --input/--output flags (and ``template`` and ``settings`` instead of
-        the user's)."""
+        """The command with ``tensors`` as its --input/--output flags (and ``template`` and ``settings``
+        instead of the user's)."""
         template = template or self.template
         words = ["tbgen", "add", "model", self.name, *(["--template", template] if template else [])]
         if self.given.get("pattern"):
@@ -740,8 +741,8 @@ def _flag_value(value: Any) -> str:
 
 
 def _check_library_tensors(project: Project, staging: Path, written: list[Path], command: AddCommand) -> None:
-    """A model served by the project's C++ library must have the library's tensors: the library was generated for
-    those of the project's own model, and refuses a config.pbtxt with any others when the model loads."""
+    """A model served by the project's C++ library must have the library's tensors: the library was generated
+    for those of the project's own model, and refuses a config.pbtxt with any others when the model loads."""
     if not project.is_cpp:
         return
     served = [m.name for m in project.models if _library_signature(project, staging, m.name) is not None]
@@ -761,11 +762,12 @@ def _check_library_tensors(project: Project, staging: Path, written: list[Path],
             continue
         raise UsageError(
             f"Model {model!r} would be served by {project.name}'s C++ library (backend {project.backend!r}), "
-            f"which was generated for the tensors of model {served[0]!r}: {library.describe()}; {model!r} has "
-            f"{tensors.describe()}, and the library would refuse it when it loads. A model of the project's C++ "
-            "library must have the library's tensors.",
+            f"which was generated for the tensors of model {served[0]!r}: {library.describe()}; {model!r} "
+            f"has {tensors.describe()}, and the library would refuse it when it loads. A model of the "
+            "project's C++ library must have the library's tensors.",
             f"Give it the library's tensors: `{command.line(project, library)}`\n"
-            f"or serve it with Triton's python backend: `{command.line(project, tensors, *_python_twin(project))}`",
+            "or serve it with Triton's python backend: "
+            f"`{command.line(project, tensors, *_python_twin(project))}`",
         )
 
 

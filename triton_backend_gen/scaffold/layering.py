@@ -25,8 +25,8 @@ def given_answers(
     outputs: list[str] = (),
     from_config: Path | None = None,
 ) -> dict[str, Any]:
-    """The answers given on the command line: ``flags`` (None: not given) and ``sets`` over ``answers_file``; the
-    tensors of --input/--output (UsageError when --from-config gives them too)."""
+    """The answers given on the command line: ``flags`` (None: not given) and ``sets`` over ``answers_file``;
+    the tensors of --input/--output (UsageError when --from-config gives them too)."""
     given: dict[str, Any] = read_answers_file(answers_file) if answers_file else {}
     given.update({key: value for key, value in flags.items() if value is not None})
     given.update(parse_set_options(list(sets)))

@@ -3,9 +3,9 @@
 tbgen.toml is edited as text so that the user's comments and layout survive. An entry's block is its
 ``[[models]]`` header, its lines, its sub-tables (``[[models.inputs]]``, ``[[models.outputs]]``,
 ``[models.parameters]``) and the blank lines after them, up to the next table (and the comment lines written
-right above that table, which belong to it). ``tbgen new`` writes the entries before ``[answers]`` and any other
-table; new entries go right after the last entry, so the file keeps that order, and removing an entry that was
-added gives back the text from before it was added.
+right above that table, which belong to it). ``tbgen new`` writes the entries before ``[answers]`` and any
+other table; new entries go right after the last entry, so the file keeps that order, and removing an entry
+that was added gives back the text from before it was added.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def entry(
 
 
 def add_entries(text: str, entries: list[str], *, first: bool = False) -> str:
-    """``text`` with ``entries`` after its last [[models]] entry (``first``: the first of them before its first
-    entry), each block separated from the next by one blank line."""
+    """``text`` with ``entries`` after its last [[models]] entry (``first``: the first of them before its
+    first entry), each block separated from the next by one blank line."""
     blocks = _blocks(text.splitlines(keepends=True))
     if first and blocks and entries:
         text = _insert(text, blocks[0].start, entries[0])

@@ -54,13 +54,13 @@ RESERVED_BACKEND_NAMES = frozenset(
 )
 
 CPP_KEYWORDS = frozenset(
-    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
-    compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
-    default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline int
-    long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
-    reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template
-    this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
-    while xor xor_eq""".split()
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
+    class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+    decltype default delete do double dynamic_cast else enum explicit export extern false float for friend
+    goto if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private
+    protected public register reinterpret_cast requires return short signed sizeof static static_assert
+    static_cast struct switch template this thread_local throw true try typedef typeid typename union unsigned
+    using virtual void volatile wchar_t while xor xor_eq""".split()
 )
 
 
@@ -83,7 +83,8 @@ def check_backend_name(name: str) -> str:
     if not _BACKEND_RE.fullmatch(name):
         raise AnswerError(
             f"Invalid backend name {name!r}: it must be a lowercase identifier "
-            "(a-z, 0-9 and '_', starting with a letter), as it names libtriton_<name>.so and a C++ namespace.",
+            "(a-z, 0-9 and '_', starting with a letter), as it names libtriton_<name>.so and a C++ "
+            "namespace.",
             example,
         )
     if len(name) > MAX_BACKEND_NAME:
@@ -102,8 +103,8 @@ def check_backend_name(name: str) -> str:
 def check_model_name(name: str) -> str:
     if not _MODEL_RE.fullmatch(name) or name in {".", ".."}:
         raise AnswerError(
-            f"Invalid model name {name!r}: use letters, digits, '_', '-' and '.', starting with a letter or digit "
-            "(it names a directory of the model repository and appears in request URLs).",
+            f"Invalid model name {name!r}: use letters, digits, '_', '-' and '.', starting with a letter "
+            "or digit (it names a directory of the model repository and appears in request URLs).",
             "Example: add_sub",
         )
     return name

@@ -1,19 +1,19 @@
 """``tbgen remove model``: take back what ``tbgen add model`` added.
 
 What goes: the model's directory under the model repository, its reference under references/ and its
-[[models]] entry in tbgen.toml. A composed model (``tbgen add model r --pattern bls --set callees=a,b``) goes with
-the models that addition created (a and b where the project lacked them), except one that a model staying in the
-project still calls. The generation record forgets them as well (their files, their entries in the recorded
-tbgen.toml and the addition in its recipe), so that ``tbgen check --drift`` does not count them as deleted by the
-user and ``tbgen update`` does not bring them back.
+[[models]] entry in tbgen.toml. A composed model (``tbgen add model r --pattern bls --set callees=a,b``) goes
+with the models that addition created (a and b where the project lacked them), except one that a model staying
+in the project still calls. The generation record forgets them as well (their files, their entries in the
+recorded tbgen.toml and the addition in its recipe), so that ``tbgen check --drift`` does not count them as
+deleted by the user and ``tbgen update`` does not bring them back.
 
 Refused, with nothing changed: a model others call; the project's last model; the template's models, which
-``tbgen new`` made, the project's code is generated for, and ``tbgen update`` renders again; a callee that came
-with a composed model (its top model is what is removed). Without ``force``, also: files the user edited or put
-under the model (python-env.tar.gz, another version), named; a model the record has no addition of (added by
-hand); a project without a generation record, where neither edits nor additions can be told (with ``force``,
-only the named model goes there). Everything is checked before anything changes; then the files are moved
-aside, tbgen.toml and the record replaced, and what was moved aside deleted, all or nothing.
+``tbgen new`` made, the project's code is generated for, and ``tbgen update`` renders again; a callee that
+came with a composed model (its top model is what is removed). Without ``force``, also: files the user edited
+or put under the model (python-env.tar.gz, another version), named; a model the record has no addition of
+(added by hand); a project without a generation record, where neither edits nor additions can be told (with
+``force``, only the named model goes there). Everything is checked before anything changes; then the files are
+moved aside, tbgen.toml and the record replaced, and what was moved aside deleted, all or nothing.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def _check_uncalled(project: Project, name: str, leaving: set[str]) -> None:
 
 
 def _made_with(record: Record, project: Project, name: str, force: bool) -> list[str]:
-    """The models the `tbgen add model` run that added ``name`` created, ``name`` first; UsageError for a model
-    no such run added (with ``force``, one the record does not know goes alone)."""
+    """The models the `tbgen add model` run that added ``name`` created, ``name`` first; UsageError for a
+    model no such run added (with ``force``, one the record does not know goes alone)."""
     recorded = _recorded_models(record)
     owners = _owners(record.recipe, recorded)
     owner = owners.get(name, "")
@@ -124,15 +124,16 @@ def _made_with(record: Record, project: Project, name: str, force: bool) -> list
     if owner:
         raise UsageError(
             f"Model {name!r} was added with model {owner!r} by one `tbgen add model`, and goes with it.",
-            f"`tbgen remove model {owner}{project.project_option()}` removes {owner} and the models added with it.",
+            f"`tbgen remove model {owner}{project.project_option()}` removes {owner} and the models added "
+            "with it.",
         )
     if force:
         return [name]
     raise UsageError(
         f"The generation record ({RECORD_FILE}) has no `tbgen add model {name}`: model {name!r} was "
         "added by hand (or tbgen could not record it), so its files count as yours.",
-        f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s directory, reference and [[models]] entry "
-        "as they are, and no other model.",
+        f"`tbgen remove model {name} --force{project.project_option()}` removes {name}'s directory, "
+        "reference and [[models]] entry as they are, and no other model.",
     )
 
 
@@ -164,8 +165,9 @@ def _recorded_models(record: Record) -> list[str]:
 
 
 def _owners(recipe: Recipe, recorded: list[str]) -> dict[str, str | None]:
-    """Which step of ``recipe`` created each model: None for `tbgen new`, else the name of the `tbgen add model`
-    run. A run creates its top model and those of its callees the project lacked then, as compose does."""
+    """Which step of ``recipe`` created each model: None for `tbgen new`, else the name of the `tbgen add
+    model` run. A run creates its top model and those of its callees the project lacked then, as compose
+    does."""
     try:
         composition, _ = compose.plan(
             recipe.template, {k: v for k, v in recipe.given.items() if k != "project_name"}
@@ -187,7 +189,8 @@ def _owners(recipe: Recipe, recorded: list[str]) -> dict[str, str | None]:
 
 
 def _removable(project: Project, name: str, made: list[str]) -> tuple[list[str], dict[str, tuple[str, ...]]]:
-    """(the models of ``made`` that go, those that stay because a staying model calls them, with their callers)."""
+    """(the models of ``made`` that go, those that stay because a staying model calls them, with their
+    callers)."""
     present = {m.name for m in project.models}
     leaving = [model for model in made if model in present]
     kept: dict[str, tuple[str, ...]] = {}
@@ -287,12 +290,12 @@ def _edited_entries(record: Record, models: list[str], current: str) -> list[str
     ]
 
 
-# ---- the record ----------------------------------------------------------------------------------------------
+# ---- the record --------------------------------------------------------------------------------------------
 
 
 def _forget(record: Record, project: Project, name: str, models: list[str]) -> Record:
-    """``record`` without ``models``: their files, their entries in the recorded tbgen.toml, and the addition of
-    ``name``, so that the next rendering of the recipe does not create them again."""
+    """``record`` without ``models``: their files, their entries in the recorded tbgen.toml, and the addition
+    of ``name``, so that the next rendering of the recipe does not create them again."""
     gone = _goes_with(record, project, models)
     files = {relative: file for relative, file in record.files.items() if not gone(relative)}
     recorded = record.files.get(PROJECT_FILE)
@@ -335,7 +338,7 @@ def _without(text: str, models: list[str], where: str) -> str:
     )
 
 
-# ---- all or nothing ------------------------------------------------------------------------------------------
+# ---- all or nothing ----------------------------------------------------------------------------------------
 
 
 def _commit(
@@ -391,8 +394,8 @@ def _replace_files(writes: list[tuple[Path, GeneratedFile]], done: list[tuple[Pa
 
 
 def _put_back(done: list[tuple[Path, Path | bytes]], written: list[Path], aside: Path) -> None:
-    """Undo ``_commit``'s steps ``done``, last first: the files replaced get their bytes back, the moved ones their
-    place; no half-written sibling stays."""
+    """Undo ``_commit``'s steps ``done``, last first: the files replaced get their bytes back, the moved ones
+    their place; no half-written sibling stays."""
     for path, before in reversed(done):
         if isinstance(before, bytes):
             replace_file(path, GeneratedFile(before))

@@ -1,9 +1,9 @@
 """Rendering a template onto disk, atomically.
 
 The project is rendered by cookiecutter into a hidden temporary sibling of the target, then moved into place:
-renamed when the target does not exist (or is an empty directory), or, with ``force``, merged file by file into
-it (files the template does not produce are never touched). An error or Ctrl-C before the move leaves nothing
-behind; during the move itself SIGINT/SIGTERM/SIGHUP are only recorded, and delivered once it is done.
+renamed when the target does not exist (or is an empty directory), or, with ``force``, merged file by file
+into it (files the template does not produce are never touched). An error or Ctrl-C before the move leaves
+nothing behind; during the move itself SIGINT/SIGTERM/SIGHUP are only recorded, and delivered once it is done.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def _move_into_place(rendered: Path, target: Path) -> None:
 
 
 def _make_parents(target: Path) -> list[Path]:
-    """Create the missing directories above ``target``; returns them, outermost first. A file where a directory
-    must be is a UsageError."""
+    """Create the missing directories above ``target``; returns them, outermost first. A file where a
+    directory must be is a UsageError."""
     missing = []
     parent = target.parent
     while not parent.is_dir():

@@ -1,7 +1,8 @@
 """The template registry: which templates exist, where they live and what options they take.
 
-A template is a plain cookiecutter directory; its options are read from its ``cookiecutter.json`` (visible keys
-in file order, the first item of a list being the default choice, ``__prompts__`` giving their help text).
+A template is a plain cookiecutter directory; its options are read from its ``cookiecutter.json`` (visible
+keys in file order, the first item of a list being the default choice, ``__prompts__`` giving their help
+text).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ and a new rendering (tbgen's), file by file, and applying it all or nothing.
     new in the template              -> added ("added"); where a file of yours is already there, merged
                                         with an empty base
 
-``apply_update`` writes the plan and the new record with SIGINT/SIGTERM/SIGHUP only recorded; if one arrives, or
-anything fails, every file is put back as it was before the signal is delivered.
+``apply_update`` writes the plan and the new record with SIGINT/SIGTERM/SIGHUP only recorded; if one arrives,
+or anything fails, every file is put back as it was before the signal is delivered.
 """
 
 from __future__ import annotations

@@ -129,9 +129,9 @@ def _served_config(name: str, endpoints: Endpoints) -> ModelConfig:
 def served_configs(
     project: Project, endpoints: Endpoints, model: ModelEntry | None = None, repository: Path | None = None
 ) -> dict[str, ModelConfig]:
-    """The configs as served of the models (``model``, or every model of the project) whose config.pbtxt leaves
-    the tensors to the backend's auto-complete, by name: what plan_smoke and plan_fuzz take as ``served``.
-    Asks the server only about such models (none: an empty dict, no server contact)."""
+    """The configs as served of the models (``model``, or every model of the project) whose config.pbtxt
+    leaves the tensors to the backend's auto-complete, by name: what plan_smoke and plan_fuzz take as
+    ``served``. Asks the server only about such models (none: an empty dict, no server contact)."""
     models = [model] if model is not None else list(project.models)
     return {
         entry.name: _served_config(entry.name, endpoints)
@@ -165,7 +165,9 @@ def _array_problems(label: str, array: np.ndarray, tensor: TensorSpec, batch: in
     if tritonutils.np_to_triton_dtype(array.dtype) != tensor.datatype and not sent_as_float32:
         problems.append(f"{label}: dtype {array.dtype}, config.pbtxt says {tensor.datatype}")
     dims = ((batch,) if batch is not None else ()) + tensor.dims
-    if len(array.shape) != len(dims) or any(d != -1 and d != s for d, s in zip(dims, array.shape)):
+    if len(array.shape) != len(dims) or any(
+        d != -1 and d != s for d, s in zip(dims, array.shape, strict=True)
+    ):
         problems.append(f"{label}: shape {list(array.shape)}, config.pbtxt allows {list(dims)}")
     return problems
 
@@ -207,7 +209,8 @@ def _check_infer(
 
 
 def _in_threads(count: int, first_seed: int, run: Callable[[int], None], what: str) -> None:
-    """``run(seed)`` in ``count`` threads at once (seeds from ``first_seed``); one AssertionError for them all."""
+    """``run(seed)`` in ``count`` threads at once (seeds from ``first_seed``); one AssertionError for them
+    all."""
     failures: list[str] = []
 
     def guarded(seed: int) -> None:
@@ -298,7 +301,7 @@ def _assert_stream_matches(
         raise AssertionError(
             f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}"
         )
-    for index, (result, want) in enumerate(zip(data, expected)):
+    for index, (result, want) in enumerate(zip(data, expected, strict=True)):
         got = output_arrays(result, want)
         assert_outputs_match(got, want, reference.TOLERANCE, f"{context}, response {index}")
 

@@ -59,8 +59,9 @@ def bfloat16_bytes(array: np.ndarray) -> bytes:
 
 
 def wire_datatype(name: str, array: np.ndarray, datatypes: Mapping[str, str]) -> str:
-    """The datatype ``array`` goes on the wire as: its dtype's, except float32 for an input declared BF16 (numpy
-    has no bfloat16: BF16 values travel as float32 arrays). A mismatch is sent as it is, for the server to judge."""
+    """The datatype ``array`` goes on the wire as: its dtype's, except float32 for an input declared BF16
+    (numpy has no bfloat16: BF16 values travel as float32 arrays). A mismatch is sent as it is, for the server
+    to judge."""
     if datatypes.get(name) == "BF16" and array.dtype == np.float32:
         return "BF16"
     return tritonutils.np_to_triton_dtype(array.dtype)

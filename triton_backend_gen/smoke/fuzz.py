@@ -1,4 +1,5 @@
-"""The fuzzer: a deterministic plan of malformed requests, a run that judges the server and its memory, the report."""
+"""The fuzzer: a deterministic plan of malformed requests, a run that judges the server and its memory, the
+report."""
 
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ class FuzzReport:
         mib = 1024 * 1024
         verdict = "within" if self.memory_ok else "ABOVE"
         return (
-            f"server memory (private RSS of the server and its stubs): {self.rss_before / mib:.1f} MiB before, "
-            f"{self.rss_after / mib:.1f} MiB after ({verdict} the limit of {(self.rss_limit or 0) / mib:.1f} MiB)"
+            f"server memory (private RSS of the server and its stubs): {self.rss_before / mib:.1f} MiB "
+            f"before, {self.rss_after / mib:.1f} MiB after ({verdict} the limit of "
+            f"{(self.rss_limit or 0) / mib:.1f} MiB)"
         )
 
     def summary(self) -> str:
@@ -117,8 +119,8 @@ def plan_fuzz(
     repository: Path | None = None,
     served: Mapping[str, ModelConfig] | None = None,
 ) -> list[FuzzCase]:
-    """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``; models
-    that reference.py does not describe are left out (the smoke plan reports them). ``served``: as for
+    """``count`` fuzz cases spread over the project's models (or ``model``), deterministic for ``seed``;
+    models that reference.py does not describe are left out (the smoke plan reports them). ``served``: as for
     plan_smoke."""
     loaded = load_model_specs(project, model, repository, served)
     specs = [

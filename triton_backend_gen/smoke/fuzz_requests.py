@@ -1,5 +1,5 @@
-"""The fuzz kinds (each with its weight and protocols), the case, and what each case sends over raw HTTP and gRPC
-(loopback only), and how its answer is read."""
+"""The fuzz kinds (each with its weight and protocols), the case, and what each case sends over raw HTTP and
+gRPC (loopback only), and how its answer is read."""
 
 from __future__ import annotations
 
@@ -324,8 +324,9 @@ def _split(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-# A request's sequence parameters as they go on the wire (sequence_id, sequence_start, sequence_end): values of
-# any type, for the fuzzer to send bad ones. A request of a sequence model gets a sequence of its own by default.
+# A request's sequence parameters as they go on the wire (sequence_id, sequence_start, sequence_end): values
+# of any type, for the fuzzer to send bad ones. A request of a sequence model gets a sequence of its own by
+# default.
 SequenceParameters = dict[str, Any]
 
 
@@ -506,7 +507,8 @@ def _read_stream(call, responses: list, cancellable: bool) -> str | None:
 
 
 class _Refused(Exception):
-    """The server refused a request: ``outcome`` says how ("http 400", "grpc INVALID_ARGUMENT", "stream error")."""
+    """The server refused a request: ``outcome`` says how ("http 400", "grpc INVALID_ARGUMENT", "stream
+    error")."""
 
     def __init__(self, outcome: str, detail: str | None = None) -> None:
         super().__init__(detail or outcome)
@@ -521,8 +523,9 @@ def _answers(
     request_id: str,
     sequence: SequenceParameters | None = None,
 ) -> list[dict[str, np.ndarray]]:
-    """Send one request to the model (with ``sequence`` as its sequence parameters): the outputs of each response
-    with data (a decoupled model's over a gRPC stream; one otherwise). _Refused when the server refuses it."""
+    """Send one request to the model (with ``sequence`` as its sequence parameters): the outputs of each
+    response with data (a decoupled model's over a gRPC stream; one otherwise). _Refused when the server
+    refuses it."""
     if protocol == "http":
         status, body, headers = _http_post(
             endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence)
@@ -569,7 +572,7 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
     expected = reference.responses(inputs)
     if len(answers) != len(expected):
         raise AssertionError(f"{len(answers)} responses with data, reference.responses gives {len(expected)}")
-    for index, (got, want) in enumerate(zip(answers, expected)):
+    for index, (got, want) in enumerate(zip(answers, expected, strict=True)):
         assert_outputs_match(got, want, reference.TOLERANCE, f"response {index}")
     return "ok"
 
@@ -603,7 +606,7 @@ def _decode_http_outputs(body: bytes, headers: Any, to_np) -> dict[str, np.ndarr
 def _decode_grpc_outputs(response, to_np) -> dict[str, np.ndarray]:
     return {
         output.name: _decode(output.datatype, list(output.shape), raw, to_np)
-        for output, raw in zip(response.outputs, response.raw_output_contents)
+        for output, raw in zip(response.outputs, response.raw_output_contents, strict=False)
     }
 
 
@@ -762,9 +765,9 @@ def _send_sequenced(
 
 
 def _fuzz_sequence_controls(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> str:
-    """Bad or unusual sequence controls: no correlation ID, a request of a sequence that never started, an ID of
-    the wrong kind or out of range, flags of the wrong type; or a sequence restarted mid-way, whose answers must
-    equal reference.compute_sequence. A case that starts a sequence ends it."""
+    """Bad or unusual sequence controls: no correlation ID, a request of a sequence that never started, an ID
+    of the wrong kind or out of range, flags of the wrong type; or a sequence restarted mid-way, whose answers
+    must equal reference.compute_sequence. A case that starts a sequence ends it."""
     spec, reference = case.model, case.reference
     batch = 1 if spec.max_batch_size > 0 else None
     inputs = reference.make_inputs(batch, seed=rng.randrange(1000))
@@ -777,7 +780,7 @@ def _fuzz_sequence_controls(case: FuzzCase, rng: random.Random, endpoints: Endpo
         first, second = rng.randrange(1, 4), rng.randrange(1, 4)
         steps = [reference.make_inputs(batch, seed=rng.randrange(1000)) for _ in range(first + second)]
         expected = reference.compute_sequence(steps[:first]) + reference.compute_sequence(steps[first:])
-        for index, (step, want) in enumerate(zip(steps, expected)):
+        for index, (step, want) in enumerate(zip(steps, expected, strict=False)):
             flags = {
                 "sequence_id": fresh,
                 "sequence_start": index in (0, first),

@@ -1,4 +1,5 @@
-"""What the smoke suite knows about a model: its config.pbtxt (as a ModelSpec) and the project's reference.py."""
+"""What the smoke suite knows about a model: its config.pbtxt (as a ModelSpec) and the project's
+reference.py."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ class ModelSpec:
 
     @property
     def input_datatypes(self) -> dict[str, str]:
-        """Each input's datatype: what a request declares (an array's dtype cannot tell BF16, sent as float32)."""
+        """Each input's datatype: what a request declares (an array's dtype cannot tell BF16, sent as
+        float32)."""
         return {t.name: t.datatype for t in self.inputs}
 
     def served_shape(self, tensor: TensorSpec) -> list[int]:
@@ -184,8 +186,8 @@ def load_model_specs(
 
 
 def _with_reference_ids(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> ModelSpec:
-    """``spec`` with string correlation IDs when its config declares no CORRID control input (which would say the
-    IDs' type) and its reference's SEQUENCE says "string": what the model's clients send."""
+    """``spec`` with string correlation IDs when its config declares no CORRID control input (which would say
+    the IDs' type) and its reference's SEQUENCE says "string": what the model's clients send."""
     if spec.sequence is None or _declares_corrid(config):
         return spec
     declared = getattr(reference, "SEQUENCE", None)
@@ -210,7 +212,8 @@ def load_reference(path: Path) -> ModuleType:
     if not path.is_file():
         raise SmokeError(
             f"{path} does not exist; the smoke suite compares the model's answers with it.",
-            "Every tbgen project has a reference.py (see docs/templates.md); render the project again or write one.",
+            "Every tbgen project has a reference.py (see docs/templates.md); render the project again or "
+            "write one.",
         )
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     module_name = f"_tbgen_reference_{digest}_{time.monotonic_ns()}"
@@ -233,15 +236,18 @@ def reference_mismatch(spec: ModelSpec, reference: ModuleType) -> str | None:
     try:
         made = reference.make_inputs(spec.batch_sizes[0], seed=0)
     except Exception as err:  # noqa: BLE001 - the user's code: any failure is reported, not raised
-        return f"reference.make_inputs({spec.batch_sizes[0]}) failed for {spec.name}: {type(err).__name__}: {err}"
+        return (
+            f"reference.make_inputs({spec.batch_sizes[0]}) failed for {spec.name}: {type(err).__name__}: "
+            f"{err}"
+        )
     missing = [t.name for t in spec.inputs if not t.optional and t.name not in made]
     if not missing and any(t.name in made for t in spec.inputs):
         return None
     return (
         f"reference.py does not describe model {spec.name}: its make_inputs gives "
         f"{', '.join(made) or 'nothing'}, the model takes {', '.join(t.name for t in spec.inputs)}. "
-        'Give the model a reference of its own (reference = "references/<model>.py" in its [[models]] entry), '
-        "or drop it from tbgen.toml's [[models]] (it is still served)."
+        'Give the model a reference of its own (reference = "references/<model>.py" in its [[models]] '
+        "entry), or drop it from tbgen.toml's [[models]] (it is still served)."
     )
 
 

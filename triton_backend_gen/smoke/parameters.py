@@ -1,5 +1,6 @@
-"""Request parameters: a model that reads request parameters and answers each back as a response parameter (tbgen.toml's
-``parameters = { name = "default" }``), checked over HTTP and gRPC (a decoupled model over a gRPC stream)."""
+"""Request parameters: a model that reads request parameters and answers each back as a response parameter
+(tbgen.toml's ``parameters = { name = "default" }``), checked over HTTP and gRPC (a decoupled model over a
+gRPC stream)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,15 @@ from triton_backend_gen.smoke.run import SmokeResult
 
 tritonutils = lazy_module("tritonclient.utils")
 
-# The first release whose python backend sets response parameters (pb_utils.InferenceResponse(parameters=...)).
+# The first release whose python backend sets response parameters
+# (pb_utils.InferenceResponse(parameters=...)).
 PYTHON_RESPONSE_PARAMETERS = (25, 2)
 _values = itertools.count(1)
 
 
 def python_backend_sets_response_parameters(endpoints: Endpoints) -> bool:
-    """Whether the running server's python backend can set response parameters (its release, asked of the server)."""
+    """Whether the running server's python backend can set response parameters (its release, asked of the
+    server)."""
     with open_client("http", endpoints) as client:
         version = str(client.get_server_metadata().get("version", ""))
     try:
@@ -123,9 +126,10 @@ def check_request_parameters(
     endpoints: Endpoints,
     answers_back: bool,
 ) -> str:
-    """Each parameter sent with a value of its own, left out, and with a value of the wrong type (an integer): the
-    first two answered as reference.py says with the response parameter equal to the value sent, or to its default
-    (when ``answers_back``: the python backend before 25.02 sets no response parameters), the third refused."""
+    """Each parameter sent with a value of its own, left out, and with a value of the wrong type (an integer):
+    the first two answered as reference.py says with the response parameter equal to the value sent, or to its
+    default (when ``answers_back``: the python backend before 25.02 sets no response parameters), the third
+    refused."""
     batch = 1 if spec.max_batch_size > 0 else None
     inputs = reference.make_inputs(batch, seed=3)
     expected = reference.responses(inputs)[0] if spec.decoupled else reference.compute(inputs)
@@ -153,8 +157,8 @@ def check_request_parameters(
 def request_parameters_results(
     endpoints: Endpoints, models: list[tuple[ModuleType, ModelSpec, bool, tuple]], named: bool = False
 ) -> list[SmokeResult]:
-    """One result per protocol per model that declares request parameters: (reference, spec, whether the python
-    backend serves it, parameters) each; ``named``: each result's name starts with its model's."""
+    """One result per protocol per model that declares request parameters: (reference, spec, whether the
+    python backend serves it, parameters) each; ``named``: each result's name starts with its model's."""
     python_answers = None
     results = []
     for reference, spec, python, parameters in models:

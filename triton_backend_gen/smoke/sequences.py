@@ -1,5 +1,5 @@
-"""The smoke checks of a sequence model: a stateful model under Triton's sequence batcher, whose requests carry a
-correlation ID and START/END flags, judged against ``reference.compute_sequence`` step by step."""
+"""The smoke checks of a sequence model: a stateful model under Triton's sequence batcher, whose requests
+carry a correlation ID and START/END flags, judged against ``reference.compute_sequence`` step by step."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ tritonutils = lazy_module("tritonclient.utils")
 INTERLEAVED_SEQUENCES = 8  # the generated sequence models take at least this many at once
 # The idle-timeout check waits out the model's timeout; longer timeouts are not waited for.
 LONGEST_IDLE_WAIT_S = 10.0
-# Past the timeout, how long more: Triton's sequence batcher looks for idle sequences now and then, not at once.
+# Past the timeout, how long more: Triton's sequence batcher looks for idle sequences now and then, not at
+# once.
 IDLE_MARGIN_S = 1.5
 
 
@@ -41,8 +42,8 @@ class _Refused(Exception):
 
 
 class _Connection:
-    """One client of the model: a client of ``protocol``, or for a decoupled model a gRPC stream (whose requests
-    must each get one data response)."""
+    """One client of the model: a client of ``protocol``, or for a decoupled model a gRPC stream (whose
+    requests must each get one data response)."""
 
     def __init__(self, spec: ModelSpec, protocol: str, endpoints: Endpoints) -> None:
         self.spec, self.protocol, self.endpoints = spec, protocol, endpoints
@@ -99,7 +100,7 @@ def _run_sequence(
     """Send ``steps`` as one sequence (START on the first, END on the last unless ``end`` is false), each
     answer compared with reference.compute_sequence of the steps so far."""
     expected = reference.compute_sequence(steps)
-    for index, (inputs, want) in enumerate(zip(steps, expected)):
+    for index, (inputs, want) in enumerate(zip(steps, expected, strict=False)):
         flags = SequenceFlags(sequence_id, start=index == 0, end=end and index == len(steps) - 1)
         try:
             got = connection.infer(inputs, flags)
@@ -126,8 +127,8 @@ def _check_sequence(spec: ModelSpec, reference: ModuleType, protocol: str, endpo
 
 
 def _check_interleaved(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
-    """Sequences from concurrent clients, interleaved: each runs two sequences one after the other, of lengths that
-    differ, so that sequences start and end while others are in the middle of theirs (and of a batch)."""
+    """Sequences from concurrent clients, interleaved: each runs two sequences one after the other, of lengths
+    that differ, so that sequences start and end while others are in the middle of theirs (and of a batch)."""
     count, failures, sent = INTERLEAVED_SEQUENCES, [], []
 
     def client_run(number: int) -> None:
@@ -245,8 +246,8 @@ def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpo
             connection, reference, steps[2:], sequence_id, label="started again after the timeout: "
         )
     return (
-        f"a sequence idle for {idle + IDLE_MARGIN_S:g} s was ended (its next request refused); started again, from the "
-        "initial state"
+        f"a sequence idle for {idle + IDLE_MARGIN_S:g} s was ended (its next request refused); started "
+        "again, from the initial state"
     )
 
 
@@ -268,8 +269,8 @@ def plan_sequence_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCh
     ]
     idle = spec.sequence.idle_timeout_s
     waits = (
-        f"waits {idle + IDLE_MARGIN_S:g} s on purpose: a sequence must stay idle past the model's idle timeout "
-        f"({idle:g} s) for Triton to end it"
+        f"waits {idle + IDLE_MARGIN_S:g} s on purpose: a sequence must stay idle past the model's idle "
+        f"timeout ({idle:g} s) for Triton to end it"
         if idle <= LONGEST_IDLE_WAIT_S
         else ""
     )

@@ -89,9 +89,10 @@ def run_suite(
     progress: SuiteProgress | None = None,
     on_ready: Callable[[float], None] = lambda seconds: None,
 ) -> SuiteReport:
-    """Start ``triton`` (stopped again on any way out), smoke-test every model of ``project`` (or ``model``) and
-    send ``fuzz`` malformed requests (fuzzer ``seed``); ``on_ready`` hears how long the server took to load every
-    model, once it has. The report carries the server's statistics of every model the project lists."""
+    """Start ``triton`` (stopped again on any way out), smoke-test every model of ``project`` (or ``model``)
+    and send ``fuzz`` malformed requests (fuzzer ``seed``); ``on_ready`` hears how long the server took to
+    load every model, once it has. The report carries the server's statistics of every model the project
+    lists."""
     progress = progress or SuiteProgress()
     plan = _plan(project, triton, model, fuzz, seed)
     report = SuiteReport(

@@ -2,8 +2,8 @@
 
     C++ project (language = "cpp")   <project>/build (CMake), installed into <project>/build/install:
                                      backends/<backend>/libtriton_<backend>.so
-    python project with [native]     <project>/build/native (CMake), the module installed into [native].install_dir
-    python project without [native]  nothing to build
+    python project with [native]     <project>/build/native (CMake), the module installed into
+    [native].install_dir python project without [native]  nothing to build
 
 Triton's sources come from tbgen's source cache when it holds the project's release (an offline build),
 else CMake's FetchContent clones them. A build whose cache is valid is not configured again, so a second
@@ -78,7 +78,8 @@ def resolve_gpu(project: Project, gpu: bool | None) -> bool:
     if gpu and not project.gpu:
         raise UsageError(
             f"{project.name} was generated without gpu: it has no CUDA kernel sources to build with --gpu.",
-            f"Build without --gpu, or give the project CUDA kernels with `tbgen update --set gpu=yes{project.project_option()}`.",
+            "Build without --gpu, or give the project CUDA kernels with `tbgen update --set "
+            f"gpu=yes{project.project_option()}`.",
         )
     return gpu
 
@@ -161,9 +162,9 @@ def build_project(
 ) -> BuildResult:
     """Build ``project`` (see the module docstring).
 
-    ``sanitize`` (C++ only) builds in <project>/build/sanitize with those sanitizers and installs that library;
-    the runtime preloads the sanitizer runtimes whenever it serves such a library. ``docker`` builds a C++
-    backend in a container of ``image`` (default: the NGC image of the project's release)."""
+    ``sanitize`` (C++ only) builds in <project>/build/sanitize with those sanitizers and installs that
+    library; the runtime preloads the sanitizer runtimes whenever it serves such a library. ``docker`` builds
+    a C++ backend in a container of ``image`` (default: the NGC image of the project's release)."""
     validate_build_type(build_type)
     kind = build_kind(project)
     gpu = resolve_gpu(project, gpu)
@@ -220,7 +221,8 @@ def check_build_options(project: Project, kind: str | None, sanitize: tuple[str,
 
 
 def _gpu_defines(release: versions.Release, warnings: list[str]) -> dict[str, str]:
-    """The CUDA defines of a local --gpu build (and, in ``warnings``, a CUDA the release's image does not ship)."""
+    """The CUDA defines of a local --gpu build (and, in ``warnings``, a CUDA the release's image does not
+    ship)."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise BuildError(
@@ -271,14 +273,15 @@ def _cmake_build_cpp(
 
 
 def tag_disagreements(project: Project) -> list[str]:
-    """A note for each Triton tag in CMakeLists.txt that is not the release tbgen.toml names (edited by hand)."""
+    """A note for each Triton tag in CMakeLists.txt that is not the release tbgen.toml names (edited by
+    hand)."""
     cmakelists = project.root / "CMakeLists.txt"
     text = cmakelists.read_text(errors="replace") if cmakelists.is_file() else ""
     wanted = project.release.branch
     return [
         f"CMakeLists.txt sets TRITON_{repo}_REPO_TAG to {tag}, but tbgen.toml targets Triton "
-        f"{project.release.container}: tbgen builds with {wanted} (tbgen.toml wins, passed as -D). To move the "
-        f"project to {tag} instead: {_update_to(tag, project)} (it keeps your edits)."
+        f"{project.release.container}: tbgen builds with {wanted} (tbgen.toml wins, passed as -D). To move "
+        f"the project to {tag} instead: {_update_to(tag, project)} (it keeps your edits)."
         for repo, tag in _REPO_TAG.findall(text)
         if tag != wanted
     ]
@@ -300,7 +303,8 @@ def cuda_major_warnings(cuda: str, release: versions.Release) -> list[str]:
     return [
         f"this nvcc is CUDA {cuda}, but Triton {release.container}'s image ships CUDA {release.cuda}: "
         f"a library linked against CUDA {cuda.split('.')[0]}'s runtime will not load there. Build in the "
-        f"release's container (`tbgen build --docker`), or avoid the dependency (e.g. link cudart statically)."
+        "release's container (`tbgen build --docker`), or avoid the dependency (e.g. link cudart "
+        "statically)."
     ]
 
 

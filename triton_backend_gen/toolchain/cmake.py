@@ -103,8 +103,8 @@ def _source_defines(triton_sources: Path | None, host_tools: bool) -> dict[str, 
 
 
 def repo_tag_defines(branch: str) -> dict[str, str]:
-    """The tags of Triton's repositories for a build of release ``branch`` ("r24.10"): tbgen.toml's release wins
-    over the defaults written in CMakeLists.txt (they are CACHE variables, so -D replaces them)."""
+    """The tags of Triton's repositories for a build of release ``branch`` ("r24.10"): tbgen.toml's release
+    wins over the defaults written in CMakeLists.txt (they are CACHE variables, so -D replaces them)."""
     return {f"TRITON_{repo.upper()}_REPO_TAG": branch for repo in TRITON_REPOS}
 
 
@@ -130,7 +130,8 @@ def install_command(build_dir: Path, prefix: Path) -> list[str]:
     return [cmake_executable(), "--install", str(build_dir), "--prefix", str(prefix)]
 
 
-# Where an error is: a compiler's "path:line[:column]:" at the start of a line, CMake's "CMake Error at path:line".
+# Where an error is: a compiler's "path:line[:column]:" at the start of a line, CMake's "CMake Error at
+# path:line".
 _COMPILER_PLACE = re.compile(r"^(?P<path>[^\s:(][^\s:]*):(?P<place>\d+(?::\d+)?:)")
 _CMAKE_PLACE = re.compile(
     r"^(?P<head>CMake (?:Error|Warning)(?: \(dev\))? at )(?P<path>[^\s:]+):(?P<place>\d+)"
@@ -139,8 +140,8 @@ _CMAKE_PLACE = re.compile(
 
 def openable(line: str, build_dir: Path, source_dir: Path) -> str:
     """``line`` with the file it names made openable from where tbgen runs: the compiler runs in ``build_dir``
-    (so its "../src/x.cc:12:5:" is relative to that), CMake names files relative to ``source_dir``. The path is
-    printed relative to the project's root when tbgen runs there, else absolute."""
+    (so its "../src/x.cc:12:5:" is relative to that), CMake names files relative to ``source_dir``. The path
+    is printed relative to the project's root when tbgen runs there, else absolute."""
     cmake_place = _CMAKE_PLACE.match(line)
     match, base = (cmake_place, source_dir) if cmake_place else (_COMPILER_PLACE.match(line), build_dir)
     if match is None:
@@ -266,7 +267,8 @@ def cmake_build(
 def _run_logged(
     command: list[str], log, progress: Callable[[int, int, str], None] | None, env: Mapping[str, str]
 ) -> tuple[int, bool]:
-    """Run ``command`` with its output appended to ``log``; returns (exit status, whether it made progress lines)."""
+    """Run ``command`` with its output appended to ``log``; returns (exit status, whether it made progress
+    lines)."""
     try:
         process = subprocess.Popen(
             command,

@@ -74,7 +74,8 @@ def build_script(
             "set -ex",  # each command is echoed into the log
             "command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=Ninja",
             'gtest=""',
-            "[ -f /usr/src/googletest/CMakeLists.txt ] && gtest=-DFETCHCONTENT_SOURCE_DIR_GOOGLETEST=/usr/src/googletest",
+            "[ -f /usr/src/googletest/CMakeLists.txt ] && "
+            "gtest=-DFETCHCONTENT_SOURCE_DIR_GOOGLETEST=/usr/src/googletest",
             f"{shlex.join(configure)} $gtest",
             f"cmake --build {shlex.quote(str(build_dir))} --parallel {parallel}",
             f"cmake --install {shlex.quote(str(build_dir))} --prefix {shlex.quote(str(install_dir))}",
@@ -102,8 +103,8 @@ def build_in_container(
     jobs: int | None,
     progress: Callable[[int, int, str], None] | None = None,
 ):
-    """``tbgen build --docker`` for a C++ project: CMake runs in ``image`` (offline when the source cache holds
-    the release) into <project>/build/docker/<image>, installing into <project>/build/install."""
+    """``tbgen build --docker`` for a C++ project: CMake runs in ``image`` (offline when the source cache
+    holds the release) into <project>/build/docker/<image>, installing into <project>/build/install."""
     release = project.release
     sources = cached_sources(release.branch)
     build_dir = project.docker_build_dir(image)

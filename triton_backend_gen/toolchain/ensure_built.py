@@ -1,5 +1,5 @@
-"""A backend that is built and loads: `tbgen build`'s build-and-check, and the "build if the sources changed" step
-before every command that runs the project (test, bench, package, dev).
+"""A backend that is built and loads: `tbgen build`'s build-and-check, and the "build if the sources changed"
+step before every command that runs the project (test, bench, package, dev).
 
 A local C++ build's library is checked against a tritonserver (its exports, its imports against the server's
 libtritonserver, its dependencies: toolchain.symbols); which server is found here, through discovery.

@@ -163,6 +163,24 @@ def stage_host_build(
     return staging, carried
 
 
+def _follow_build(stream, log, progress: Callable[[str], None]) -> tuple[str, list[str]]:
+    """(the image ID, the errors) of the Docker engine's build stream, written to ``log`` as it comes, each
+    Dockerfile step said to ``progress``."""
+    image_id, errors = "", []
+    for chunk in stream:
+        text = chunk.get("stream") or ""
+        if "error" in chunk:
+            errors.append(chunk["error"].strip())
+            text = chunk["error"]
+        if "aux" in chunk and "ID" in chunk["aux"]:
+            image_id = chunk["aux"]["ID"]
+        log.write(text)
+        for line in text.splitlines():
+            if line.startswith("Step "):
+                progress(line)
+    return image_id, errors
+
+
 def build_image(
     project: Project,
     *,
@@ -170,12 +188,13 @@ def build_image(
     base_image: str | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> PackageResult:
-    """Build the project's Dockerfile into the image ``tag`` (default: ``<project>:latest``); a C++ project with
-    third-party libraries is built on this machine first (see the module)."""
+    """Build the project's Dockerfile into the image ``tag`` (default: ``<project>:latest``); a C++ project
+    with third-party libraries is built on this machine first (see the module)."""
     if not (project.root / DOCKERFILE).is_file():
         raise ServerError(
             f"{project.root / DOCKERFILE} does not exist.",
-            "Restore it from version control (git checkout -- Dockerfile); a project generated before the Dockerfile was generated gets one from `tbgen update`.",
+            "Restore it from version control (git checkout -- Dockerfile); a project generated before the "
+            "Dockerfile was generated gets one from `tbgen update`.",
         )
     tag = tag or default_tag(project)
     client = connect()
@@ -190,7 +209,6 @@ def build_image(
     context, offline = build_context(project, staging)
     log_file = project.runtime_dir / LOG_NAME
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    image_id, errors = "", []
     with context, log_file.open("w") as log:
         stream = client.api.build(
             fileobj=context,
@@ -202,17 +220,7 @@ def build_image(
             buildargs={"BASE_IMAGE": base_image} if base_image else None,
             labels={LABEL: "1", PROJECT_LABEL: str(project.root)},
         )
-        for chunk in stream:
-            text = chunk.get("stream") or ""
-            if "error" in chunk:
-                errors.append(chunk["error"].strip())
-                text = chunk["error"]
-            if "aux" in chunk and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            log.write(text)
-            for line in text.splitlines():
-                if line.startswith("Step "):
-                    progress(line)
+        image_id, errors = _follow_build(stream, log, progress)
     if errors:
         hint = f"Full log: {log_file}"
         if not base_image:

@@ -4,9 +4,10 @@ The generated CMakeLists.txt includes every ``cmake/libraries/*.cmake`` (sorted)
 defined; each file finds one library and links it to ``${BACKEND_TARGET}``. `tbgen add library` writes such a
 file from one of three sources, and the framework templates ship theirs:
 
-    --find-package PKG [--components C ...] [--target T]   find_package(PKG REQUIRED), link its imported target
-    --pkg-config PKG                                        pkg_check_modules(... IMPORTED_TARGET), link it
-    --path DIR                                              a prefix with include/ and lib/ (find_path/find_library)
+    --find-package PKG [--components C ...] [--target T]   find_package(PKG REQUIRED), link its imported
+    target --pkg-config PKG                                        pkg_check_modules(... IMPORTED_TARGET),
+    link it --path DIR                                              a prefix with include/ and lib/
+    (find_path/find_library)
 
 Everything here decides (the spec from the flags, the file's text, its path); ``commands.add_library`` writes.
 The include directories of imported targets are SYSTEM ones in CMake, and the --path file marks its own so, so
@@ -100,9 +101,9 @@ def library_spec(
     include_listing: Iterable[str] = (),
     lib_listing: Iterable[str] = (),
 ) -> LibrarySpec:
-    """The spec of `tbgen add library NAME ...`; UsageError for a bad name, no source or two of them, or options
-    that do not go with the source. ``include_listing``/``lib_listing``: the names in <path>/include and
-    <path>/lib (for --path)."""
+    """The spec of `tbgen add library NAME ...`; UsageError for a bad name, no source or two of them, or
+    options that do not go with the source. ``include_listing``/``lib_listing``: the names in <path>/include
+    and <path>/lib (for --path)."""
     validate_library_name(name)
     _check_one_source(name, find_package=find_package, pkg_config=pkg_config, path=path)
     components = split_components(components)
@@ -163,8 +164,8 @@ def _check_package(package: str, flag: str) -> None:
 
 
 def prefix_library(name: str, prefix: Path, listing: Iterable[str]) -> str:
-    """The library find_library looks for in <prefix>/lib: ``name`` (lib<name>.so or .a) when it is there, else
-    the only library there; UsageError naming what is there otherwise."""
+    """The library find_library looks for in <prefix>/lib: ``name`` (lib<name>.so or .a) when it is there,
+    else the only library there; UsageError naming what is there otherwise."""
     libraries = sorted({match.group(1) for entry in listing if (match := _SHARED_OR_STATIC.match(entry))})
     for candidate in (name, name.removeprefix("lib")):
         if candidate in libraries:
@@ -174,13 +175,14 @@ def prefix_library(name: str, prefix: Path, listing: Iterable[str]) -> str:
     found = ", ".join(f"lib{library}" for library in libraries) or "no lib*.so or lib*.a"
     raise UsageError(
         f"{prefix / 'lib'} has no lib{name}.so or lib{name}.a (it has: {found}).",
-        f"Name the library after its file, e.g. `tbgen add library foo --path {prefix}` for {prefix}/lib/libfoo.so.",
+        f"Name the library after its file, e.g. `tbgen add library foo --path {prefix}` for "
+        f"{prefix}/lib/libfoo.so.",
     )
 
 
 def prefix_header(name: str, prefix: Path, listing: Iterable[str]) -> str:
-    """What find_path looks for in <prefix>/include: <name>.h (.hpp ...) or a <name>/ directory when there, else
-    the first header or directory there; UsageError when include/ is empty."""
+    """What find_path looks for in <prefix>/include: <name>.h (.hpp ...) or a <name>/ directory when there,
+    else the first header or directory there; UsageError when include/ is empty."""
     entries = sorted(listing)
     for candidate in (*(f"{name}{suffix}" for suffix in _HEADER_SUFFIXES), name):
         if candidate in entries:
@@ -215,9 +217,12 @@ def library_cmake(spec: LibrarySpec) -> str:
         "#",
         "# Written by `tbgen add library`; tbgen never rewrites it, so edit it freely. CMakeLists.txt",
         "# includes every cmake/libraries/*.cmake after the backend target ${BACKEND_TARGET} is defined.",
-        "# Imported targets' include directories are SYSTEM ones: the backend's -Werror spares their headers.",
-        "# At run time the library is found where it was linked from (an RPATH entry when that is outside the",
-        "# system's directories); `tbgen package` puts the shared objects the server's image lacks beside the",
+        "# Imported targets' include directories are SYSTEM ones: the backend's -Werror spares their "
+        "headers.",
+        "# At run time the library is found where it was linked from (an RPATH entry when that is outside "
+        "the",
+        "# system's directories); `tbgen package` puts the shared objects the server's image lacks beside "
+        "the",
         "# backend ($ORIGIN).",
         "",
     ]
@@ -232,9 +237,12 @@ def _find_package_body(spec: LibrarySpec) -> list[str]:
     components = f" COMPONENTS {' '.join(spec.components)}" if spec.components else ""
     return [
         f"# The imported target {spec.package}'s CMake package defines for the library. Packages name theirs",
-        f"# differently ({spec.package}Config.cmake or its documentation says which): change it here when the",
-        "# configure step says the target is not defined. A package that defines variables instead of targets",
-        f"# is linked with ${{{spec.package}_LIBRARIES}} and ${{{spec.package}_INCLUDE_DIRS}} (add the latter with",
+        f"# differently ({spec.package}Config.cmake or its documentation says which): change it here when "
+        "the",
+        "# configure step says the target is not defined. A package that defines variables instead of "
+        "targets",
+        f"# is linked with ${{{spec.package}_LIBRARIES}} and ${{{spec.package}_INCLUDE_DIRS}} (add the "
+        "latter with",
         "# target_include_directories(${BACKEND_TARGET} SYSTEM PRIVATE ...)).",
         f'set({var}_TARGET "{spec.target}")',
         "",
@@ -252,8 +260,10 @@ def _find_package_body(spec: LibrarySpec) -> list[str]:
 def _pkg_config_body(spec: LibrarySpec) -> list[str]:
     var = spec.variable
     return [
-        f"# pkg-config's module {spec.package} ({spec.package}.pc, searched in PKG_CONFIG_PATH and the system's",
-        f"# directories) becomes the imported target PkgConfig::{var}: its include directories, flags and libraries.",
+        f"# pkg-config's module {spec.package} ({spec.package}.pc, searched in PKG_CONFIG_PATH and the "
+        "system's",
+        f"# directories) becomes the imported target PkgConfig::{var}: its include directories, flags and "
+        "libraries.",
         "find_package(PkgConfig REQUIRED)",
         f"pkg_check_modules({var} REQUIRED IMPORTED_TARGET {spec.package})",
         f"target_link_libraries(${{BACKEND_TARGET}} PRIVATE PkgConfig::{var})",
@@ -264,7 +274,8 @@ def _path_body(spec: LibrarySpec) -> list[str]:
     var = spec.variable
     prefix = spec.prefix.as_posix() if spec.prefix is not None else ""
     return [
-        f"# A library installed under a prefix: its headers in include/, lib{spec.library}.so (or .a) in lib/.",
+        f"# A library installed under a prefix: its headers in include/, lib{spec.library}.so (or .a) in "
+        "lib/.",
         f"# Point {var}_ROOT elsewhere with -D{var}_ROOT=DIR; change the names below if the files move.",
         f'set({var}_ROOT "{prefix}" CACHE PATH "Prefix of {spec.name} (include/ and lib/)")',
         "",

@@ -1,10 +1,10 @@
 """Where the shared objects a built backend needs resolve: on this machine, and in a container image.
 
 ``tbgen check --docker`` runs ``ldd`` on the backend in a container of the image, with the backend's directory
-mounted read-only where the server loads it from (``/opt/tritonserver/backends/<name>``) and LD_LIBRARY_PATH as
-tritonserver has it there (``/opt/tritonserver/lib``, the backend's directory, then the image's own), and names
-each library the image lacks with its fix. ``tbgen package`` stages the backend with what the image lacks:
-it copies the installed backend directory, then, as long as ``ldd`` in the image reports a library "not
+mounted read-only where the server loads it from (``/opt/tritonserver/backends/<name>``) and LD_LIBRARY_PATH
+as tritonserver has it there (``/opt/tritonserver/lib``, the backend's directory, then the image's own), and
+names each library the image lacks with its fix. ``tbgen package`` stages the backend with what the image
+lacks: it copies the installed backend directory, then, as long as ``ldd`` in the image reports a library "not
 found", puts the file this machine resolves for it beside the backend (the backend's ``$ORIGIN`` RPATH, a
 DT_RPATH, finds it there, and finds its own dependencies there too). That stops at what the image has, so
 only the part of the transitive closure that the image lacks is carried.
@@ -62,8 +62,8 @@ def parse_dpkg_search(output: str) -> str | None:
 
 
 def dpkg_candidates(path: str) -> list[str]:
-    """The names dpkg may have recorded a library under: as given, resolved, and with or without /usr (merged /usr
-    systems resolve /lib/... to /usr/lib/..., and packages record either)."""
+    """The names dpkg may have recorded a library under: as given, resolved, and with or without /usr (merged
+    /usr systems resolve /lib/... to /usr/lib/..., and packages record either)."""
     names = [path, os.path.realpath(path)]
     for name in list(names):
         names.append(name.removeprefix("/usr") if name.startswith("/usr/") else "/usr" + name)
@@ -78,10 +78,11 @@ def image_findings(
     graph: Mapping[str, Iterable[str]],
     packages: Mapping[str, str],
 ) -> list[Finding]:
-    """One error per library the image lacks, naming what needs it and the fix, and per symbol version it lacks.
+    """One error per library the image lacks, naming what needs it and the fix, and per symbol version it
+    lacks.
 
-    ``on_host``: the same library resolved on this machine (where the fix can come from); ``packages``: the Debian
-    package of each host file dpkg knows."""
+    ``on_host``: the same library resolved on this machine (where the fix can come from); ``packages``: the
+    Debian package of each host file dpkg knows."""
     findings = []
     for name in in_image.missing:
         needers = needed_by(name, graph, library)
@@ -121,7 +122,8 @@ def carry_round(
     missing: Iterable[str], on_host: Resolution, carried: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     """One round of staging: the files to put beside the backend (soname -> host path) for the libraries the
-    image still lacks, and those this machine cannot give (not found here, or carried already and still missing)."""
+    image still lacks, and those this machine cannot give (not found here, or carried already and still
+    missing)."""
     new: dict[str, str] = {}
     unresolvable: list[str] = []
     for name in missing:
@@ -159,7 +161,7 @@ def ldd_spec(
     }
 
 
-# --- running ldd, readelf, dpkg and containers -----------------------------------------------------------------
+# --- running ldd, readelf, dpkg and containers --------------------------------------------------------------
 def resolve_on_host(library: Path, env: Mapping[str, str] | None = None) -> Resolution:
     return parse_ldd(_run(["ldd", str(library)], env=env).stdout)
 
@@ -220,9 +222,9 @@ def stage_backend(
     labelled: Path,
     log_file: Path,
 ) -> dict[str, str]:
-    """Copy the installed backend directory to ``staging`` and add the shared objects ``image`` lacks, resolved on
-    this machine; the carried libraries (soname -> host path). BuildError when the image would still not load
-    it (a library neither side has, or symbol versions the image's libraries lack)."""
+    """Copy the installed backend directory to ``staging`` and add the shared objects ``image`` lacks,
+    resolved on this machine; the carried libraries (soname -> host path). BuildError when the image would
+    still not load it (a library neither side has, or symbol versions the image's libraries lack)."""
     if staging.exists():
         shutil.rmtree(staging)
     shutil.copytree(installed, staging)

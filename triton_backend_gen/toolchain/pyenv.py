@@ -45,7 +45,8 @@ _CONFIG_LINE = re.compile(r"^(?P<scope>[^.]*)\.(?P<key>[^=]+)='(?P<value>.*)'$")
 
 
 def tool_dirs() -> dict[str, Path]:
-    """The package directories of pip and venv-pack in tbgen's Python; UsageError naming the extra otherwise."""
+    """The package directories of pip and venv-pack in tbgen's Python; UsageError naming the extra
+    otherwise."""
     found = {}
     for name in TOOLS:
         spec = importlib.util.find_spec(name)
@@ -73,9 +74,10 @@ def pack_script(python: str, requirements: Path, output: Path, work: Path, tools
         [
             "set -e",
             f"{shlex.quote(python)} -m venv --without-pip {shlex.quote(str(env))}",
-            f"{with_tools} -m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location "
-            + shlex.join([*numpy, "-r", str(requirements)]),
-            f"{with_tools} -m venv_pack --prefix {shlex.quote(str(env))} --output {shlex.quote(str(output))} --force",
+            f"{with_tools} -m pip install --no-cache-dir --disable-pip-version-check "
+            "--no-warn-script-location " + shlex.join([*numpy, "-r", str(requirements)]),
+            f"{with_tools} -m venv_pack --prefix {shlex.quote(str(env))} --output "
+            f"{shlex.quote(str(output))} --force",
         ]
     )
 
@@ -152,8 +154,8 @@ def pack_in_image(
     project_root: Path,
     on_line: Callable[[str], None] | None = None,
 ) -> PackedEnv:
-    """Pack ``requirements`` inside ``image`` with its python3, so that the environment's base interpreter is the
-    image's own; the container runs as the invoking user and is removed afterwards."""
+    """Pack ``requirements`` inside ``image`` with its python3, so that the environment's base interpreter is
+    the image's own; the container runs as the invoking user and is removed afterwards."""
     tools = tool_dirs()
     listed = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False

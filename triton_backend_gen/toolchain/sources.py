@@ -3,9 +3,9 @@ holding ``core``, ``common`` and ``backend`` of one release branch, and ``google
 unit tests ask for (what ``tbgen deps fetch|add`` lay out). Builds that find their
 release here run with no network.
 
-``fetch_sources`` clones the three repositories, ``add_sources`` registers trees a user already has (air-gapped
-sites), ``list_sources`` reports what is cached. An entry is written into a hidden sibling and renamed into
-place, so a failed or interrupted fetch leaves nothing half-written.
+``fetch_sources`` clones the three repositories, ``add_sources`` registers trees a user already has
+(air-gapped sites), ``list_sources`` reports what is cached. An entry is written into a hidden sibling and
+renamed into place, so a failed or interrupted fetch leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def add_sources(directory: Path, release: versions.Release, *, force: bool = Fal
 
 
 def googletest_archive_url(common: Path) -> str | None:
-    """The googletest archive that common's unit tests fetch (one pinned commit), or None if it fetches none."""
+    """The googletest archive that common's unit tests fetch (one pinned commit), or None if it fetches
+    none."""
     cmake_file = common / "src" / "test" / "CMakeLists.txt"
     if not cmake_file.is_file():
         return None

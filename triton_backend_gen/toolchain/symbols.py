@@ -53,7 +53,8 @@ class Resolution:
 
 # --- decisions -------------------------------------------------------------------------------------------
 def parse_nm(output: str) -> list[tuple[str, str]]:
-    """(type letter, name) per symbol of ``nm -D`` output; version suffixes ("@@V1", "@GLIBC_2.2.5") dropped."""
+    """(type letter, name) per symbol of ``nm -D`` output; version suffixes ("@@V1", "@GLIBC_2.2.5")
+    dropped."""
     symbols = []
     for line in output.splitlines():
         match = _NM_LINE.match(line.rstrip())
@@ -63,7 +64,8 @@ def parse_nm(output: str) -> list[tuple[str, str]]:
 
 
 def unexpected_exports(defined: list[tuple[str, str]]) -> list[str]:
-    """Defined symbols that are not TRITONBACKEND_* entry points ("A" entries name version nodes, not code)."""
+    """Defined symbols that are not TRITONBACKEND_* entry points ("A" entries name version nodes, not
+    code)."""
     return sorted({name for kind, name in defined if kind != "A" and not name.startswith(EXPORT_PREFIX)})
 
 
@@ -133,7 +135,8 @@ def needed_libraries(library: Path) -> list[str]:
 
 
 def cuda_findings(library: Path, release: versions.Release) -> list[Finding]:
-    """A warning for each CUDA runtime ``library`` links whose major version ``release``'s image does not ship."""
+    """A warning for each CUDA runtime ``library`` links whose major version ``release``'s image does not
+    ship."""
     return [
         Finding(
             "warning",
@@ -164,8 +167,8 @@ def export_findings(library: Path) -> list[Finding]:
 def check_library(
     library: Path, server: ServerInstall | None, release: versions.Release | None = None
 ) -> list[Finding]:
-    """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with ``release``,
-    also a CUDA runtime of another major version than the release's image ships."""
+    """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with
+    ``release``, also a CUDA runtime of another major version than the release's image ships."""
     findings = [*(cuda_findings(library, release) if release is not None else []), *export_findings(library)]
     if server is not None:
         findings += _server_import_findings(library, server)

@@ -31,7 +31,8 @@ def check_ensemble(ctx: CheckContext) -> None:
     if not c.HasField("ensemble_scheduling"):
         ctx.error(
             ctx.line_of("platform"),
-            'platform is "ensemble" but ensemble_scheduling is missing; add ensemble_scheduling { step [ ... ] }',
+            'platform is "ensemble" but ensemble_scheduling is missing; add ensemble_scheduling { step [ '
+            "... ] }",
         )
         return
     steps = list(c.ensemble_scheduling.step)
@@ -118,19 +119,21 @@ def _check_ensemble_io(
         if name not in consumed:
             ctx.error(
                 ctx.line_of(("input", index), "name"),
-                f'ensemble input "{name}" is not used by any step; map it in a step\'s input_map or remove it',
+                f'ensemble input "{name}" is not used by any step; map it in a step\'s input_map or remove '
+                "it",
             )
         if name in produced:
             ctx.error(
                 ctx.line_of(("input", index), "name"),
-                f'ensemble input "{name}" is also written by step {produced[name]}\'s output_map; rename that '
-                "step's output tensor",
+                f'ensemble input "{name}" is also written by step {produced[name]}\'s output_map; rename '
+                "that step's output tensor",
             )
     for index, name in enumerate(outputs):
         if name not in produced:
             ctx.error(
                 ctx.line_of(("output", index), "name"),
-                f'ensemble output "{name}" is not written by any step; add it as a value of a step\'s output_map',
+                f'ensemble output "{name}" is not written by any step; add it as a value of a step\'s '
+                "output_map",
             )
 
 
@@ -141,8 +144,9 @@ def _check_step_reads(ctx: CheckContext, steps: list[Any], available: set[str]) 
             if tensor not in available:
                 ctx.error(
                     _entry_line(ctx, i, "input_map", key),
-                    f'ensemble step {i} ({step.model_name}) reads "{tensor}" (input_map "{key}"), which is neither '
-                    "an ensemble input nor written by any step's output_map; declare it as an input or produce it",
+                    f'ensemble step {i} ({step.model_name}) reads "{tensor}" (input_map "{key}"), which is '
+                    "neither an ensemble input nor written by any step's output_map; declare it as an "
+                    "input or produce it",
                 )
 
 
@@ -155,8 +159,8 @@ def _check_unused_tensors(
             key = next(k for k, v in steps[i].output_map.items() if v == tensor)
             ctx.error(
                 _entry_line(ctx, i, "output_map", key),
-                f'ensemble tensor "{tensor}" written by step {i} is never used; read it in a later step, declare '
-                "it as an ensemble output, or drop the mapping",
+                f'ensemble tensor "{tensor}" written by step {i} is never used; read it in a later step, '
+                "declare it as an ensemble output, or drop the mapping",
             )
 
 

@@ -142,7 +142,8 @@ def _check_sequence_control(
     if control.kind in kinds:
         ctx.error(
             line,
-            f'sequence_batching has two {kind_name} controls ("{kinds[control.kind]}" and "{tensor}"); keep one',
+            f'sequence_batching has two {kind_name} controls ("{kinds[control.kind]}" and "{tensor}"); '
+            "keep one",
         )
     kinds[control.kind] = tensor
     given = [
@@ -205,7 +206,8 @@ def _check_instance_group(ctx: CheckContext, index: int, group: Any) -> None:
     if kind.isdigit():
         ctx.error(
             ctx.line_of(("instance_group", index), "kind"),
-            f"{label} has kind {kind}, which is no instance kind; use KIND_CPU, KIND_GPU, KIND_MODEL or KIND_AUTO",
+            f"{label} has kind {kind}, which is no instance kind; use KIND_CPU, KIND_GPU, KIND_MODEL or "
+            "KIND_AUTO",
         )
     if group.gpus and group.kind in (kinds.KIND_CPU, kinds.KIND_MODEL):
         ctx.error(

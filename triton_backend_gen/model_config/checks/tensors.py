@@ -33,8 +33,8 @@ def check_tensors(ctx: CheckContext) -> None:
                 where = f"another {kind}" if other == kind else f"an {other}"
                 ctx.warn(
                     name_line,
-                    f'duplicate tensor name "{tensor.name}": {kind} {index} has the name of {where}, and Triton '
-                    "silently keeps only one of them; give every input and output its own name",
+                    f'duplicate tensor name "{tensor.name}": {kind} {index} has the name of {where}, and '
+                    "Triton silently keeps only one of them; give every input and output its own name",
                 )
             else:
                 seen[tensor.name] = kind
@@ -136,8 +136,8 @@ def _check_reshape_elements(
     elif dims_count == -1 and _trunks(dims) != _trunks(shape):
         ctx.error(
             line,
-            f"{label}: reshape {show_dims(shape)} does not match dims {show_dims(dims)}; the fixed dimensions "
-            "between variable (-1) ones must hold the same number of elements in both",
+            f"{label}: reshape {show_dims(shape)} does not match dims {show_dims(dims)}; the fixed "
+            "dimensions between variable (-1) ones must hold the same number of elements in both",
         )
 
 
@@ -175,7 +175,8 @@ def check_batch_io(ctx: CheckContext) -> None:
         if dtype_name(batch_input.data_type) not in ("TYPE_INT32", "TYPE_FP32"):
             ctx.error(
                 line,
-                f"batch_input {index} has data_type {dtype_name(batch_input.data_type)}; use TYPE_INT32 or TYPE_FP32",
+                f"batch_input {index} has data_type {dtype_name(batch_input.data_type)}; use TYPE_INT32 or "
+                "TYPE_FP32",
             )
     for index, batch_output in enumerate(c.batch_output):
         line = ctx.line_of(("batch_output", index))

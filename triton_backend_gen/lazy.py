@@ -8,7 +8,8 @@ happens on the first attribute taken from them (``np.zeros``, ``model_config_pb2
     np = lazy_module("numpy")
     model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
-tbgen's own modules are imported as usual; only third-party modules go through here.
+tbgen's own modules are imported as usual; only third-party modules, and the few heavy modules of the
+standard library that only some commands use (asyncio, urllib.request with http.client), go through here.
 """
 
 from __future__ import annotations

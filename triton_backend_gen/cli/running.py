@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from triton_backend_gen.cli.app import app
 from triton_backend_gen.cli.options import (
@@ -39,6 +38,7 @@ from triton_backend_gen.commands.bench import run_bench
 from triton_backend_gen.commands.infer import Sequencing, infer_once
 from triton_backend_gen.commands.test import run_project_tests
 from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.perf.stats import BenchReport, compare, parse_concurrency, parse_duration
 from triton_backend_gen.project import Project, load_project, load_project_or_none
 from triton_backend_gen.runtime import start_server
@@ -46,6 +46,8 @@ from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, write_junit_xml
 from triton_backend_gen.smoke.suite import SuiteProgress
 from triton_backend_gen.toolchain.build import parse_sanitizers
+
+progress = lazy_module("rich.progress")  # the progress displays: 25 ms of every tbgen start
 
 
 @app.command()
@@ -214,10 +216,10 @@ class TestProgress(SuiteProgress):
         self.quiet = quiet
         self.live = on_terminal()
         self.bar = (
-            Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}", markup=False),
-                TimeElapsedColumn(),
+            progress.Progress(
+                progress.SpinnerColumn(),
+                progress.TextColumn("{task.description}", markup=False),
+                progress.TimeElapsedColumn(),
                 console=console,
                 transient=True,
             )

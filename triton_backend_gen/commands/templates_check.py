@@ -168,9 +168,7 @@ def check_templates(
     """Render (and with ``build``/``smoke`` build and smoke-test) each template's option matrix; ``full``:
     with every dtype and signature variant (see option_matrix); ``variants``: these answers of each template
     named instead of its matrix."""
-    if variants is not None:
-        names = list(variants)
-    templates = [get_template(n) for n in names] if names else list(list_templates())
+    templates = _templates(names, variants)
     targets = _release_targets(releases, smoke)
     cpu_only = smoke and not gpus_visible()
     report = CheckReport("the templates", counts={"variants": 0, "files": 0})
@@ -192,6 +190,13 @@ def check_templates(
                 report.findings.append(Finding(NOTE, skip, subject=label))
             report.findings += [Finding(ERROR, problem, subject=label) for problem in problems]
     return report
+
+
+def _templates(names: list[str] | None, variants: dict[str, list[dict[str, Any]]] | None) -> list[Template]:
+    """The templates named by ``variants`` (when given), else by ``names``, else all."""
+    if variants is not None:
+        return [get_template(n) for n in variants]
+    return [get_template(n) for n in names] if names else list(list_templates())
 
 
 def _release_targets(releases: list[str] | None, smoke: bool) -> list[str | None]:

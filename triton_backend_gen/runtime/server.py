@@ -19,13 +19,15 @@ import socket
 import threading
 import time
 import urllib.error
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Self
 
 from triton_backend_gen.errors import ServerError
+from triton_backend_gen.lazy import lazy_module
+
+urllib_request = lazy_module("urllib.request")  # with http.client: 30 ms of every tbgen start
 
 if TYPE_CHECKING:
     from triton_backend_gen.runtime.release_note import ReleaseNote
@@ -284,9 +286,9 @@ class TritonServer(abc.ABC):
         return Ports(**chosen)
 
     def _request(self, method: str, path: str, body: bytes | None = None, timeout: float = 5):
-        request = urllib.request.Request(f"http://{self.http_url}{path}", data=body, method=method)
+        request = urllib_request.Request(f"http://{self.http_url}{path}", data=body, method=method)
         # Never through a proxy: the server is local.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        opener = urllib_request.build_opener(urllib_request.ProxyHandler({}))
         with opener.open(request, timeout=timeout) as response:
             return json.loads(response.read() or b"null")
 

@@ -139,19 +139,21 @@ def remove_containers(containers: Iterable[Any]) -> list[str]:
         except docker_errors.APIError as err:
             if err.status_code != 409 or "already in progress" not in str(err):
                 raise
-            _wait_until_gone(container)
-            removed.append(container.name)
+            if _gone_within(container):
+                removed.append(container.name)
     return removed
 
 
-def _wait_until_gone(container: Any, timeout_s: float = 60) -> None:
+def _gone_within(container: Any, timeout_s: float = 60) -> bool:
+    """Whether ``container`` is gone from the engine within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             container.reload()
         except docker_errors.NotFound:
-            return
+            return True
         time.sleep(0.2)
+    return False
 
 
 def orphans(containers: Iterable[Any], host: str | None = None) -> list[Any]:

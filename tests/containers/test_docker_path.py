@@ -41,6 +41,21 @@ def no_container_left_behind(no_leftovers_of_an_earlier_run, docker_client):
     assert left == [], f"left behind: {[c.name for c in left]}"
 
 
+def docker_serve(project: Path, image: str) -> subprocess.Popen:
+    """`tbgen serve --docker` of ``project`` in ``image``, started; its output (stderr too) in .stdout."""
+    command = [
+        sys.executable,
+        "-m",
+        "triton_backend_gen",
+        "serve",
+        str(project),
+        "--docker",
+        "--image",
+        image,
+    ]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def owned_by_someone_else(root: Path) -> list[Path]:
     return [path for path in root.rglob("*") if path.lstat().st_uid != os.getuid()]
 
@@ -116,22 +131,7 @@ def test_a_model_that_fails_to_load_keeps_its_log_and_no_container(tmp_path, sta
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_serve_stops_and_removes_its_container(tmp_path, standin_image, docker_client, signum):
     project = new_project(tmp_path, "python-backend")
-    serve = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "triton_backend_gen",
-            "serve",
-            str(project),
-            "--docker",
-            "--image",
-            standin_image,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    serve = docker_serve(project, standin_image)
     try:
         for line in serve.stdout:
             if "Serving" in line:
@@ -151,21 +151,7 @@ def test_a_killed_tbgen_leaves_a_container_that_doctor_lists_and_clean_removes(
     tmp_path, standin_image, docker_client
 ):
     project = new_project(tmp_path, "python-backend")
-    serve = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "triton_backend_gen",
-            "serve",
-            str(project),
-            "--docker",
-            "--image",
-            standin_image,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    serve = docker_serve(project, standin_image)
     for line in serve.stdout:
         if "Serving" in line:
             break

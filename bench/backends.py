@@ -23,7 +23,9 @@ cost for a backend with that signature.
    BYTES [N], strings of 8-32 bytes) at N = 1 and N = 65536;
 3. python-backend's generated model.py against a per-request loop (the usual hand-written model.py) computing
    the same, concurrency 1, 8 and 32, with dynamic batching on and off;
-4. decoupled-backend (C++): responses/s for 1 and 8 concurrent streams (16 responses per request, no delay);
+4. decoupled-backend (C++) generated for a signature of the user's own (TEXT BYTES [1], N INT32 [1] -> TOKEN
+   BYTES [1], INDEX INT32 [1]; its placeholder streams N responses per request, a worker thread per request)
+   against the floor streaming as many from execute itself: responses/s, 1 and 8 concurrent streams, N = 16;
 5. cpp-backend generated with `--framework libtorch` (`frameworks`: the default add/sub FP32 signature, its
    example TorchScript model.pt run as one forward() per dynamic batch) against the same model.pt served by a
    python-backend model that calls torch per request (TORCH_PER_REQUEST: what users write instead) and against
@@ -79,6 +81,9 @@ SIGNATURES = {
     "text_1": (["TEXT:BYTES:1"], ["OUT:BYTES:1"]),
     "text_64k": (["TEXT:BYTES:65536"], ["OUT:BYTES:65536"]),
 }
+# The decoupled part's model: a signature of the user's own whose placeholder streams N responses a request.
+STREAM_SIGNATURE = (["TEXT:BYTES:1", "N:INT32:1"], ["TOKEN:BYTES:1", "INDEX:INT32:1"])
+STREAM_RESPONSES = 16
 PARTS = ("cpp", "signatures", "python", "decoupled", "frameworks", "composed", "sequence")
 QUEUE_DELAY = "dynamic_batching { max_queue_delay_microseconds: 100 }"
 
@@ -138,7 +143,9 @@ def new_project(path: Path, template: str, **answers) -> Path:
     return render_new_project(template, path, {"triton_version": RELEASE, **answers})
 
 
-def add_model(project: Path, name: str, config: str, files: dict[str, bytes] | None = None) -> None:
+def add_model(
+    project: Path, name: str, config: str, files: dict[str, bytes] | None = None, decoupled: bool = False
+) -> None:
     """A model directory (config.pbtxt, version 1, extra files) and its entry in tbgen.toml."""
     directory = project / "model_repository" / name
     (directory / "1").mkdir(parents=True, exist_ok=True)
@@ -146,7 +153,7 @@ def add_model(project: Path, name: str, config: str, files: dict[str, bytes] | N
     for relative, data in (files or {}).items():
         (directory / relative).write_bytes(data)
     with (project / "tbgen.toml").open("a") as toml:
-        toml.write(f'\n[[models]]\nname = "{name}"\ndecoupled = false\n')
+        toml.write(f'\n[[models]]\nname = "{name}"\ndecoupled = {str(decoupled).lower()}\n')
 
 
 def config_of(project: Path, model: str) -> str:
@@ -294,16 +301,19 @@ def averaged(reports: list) -> object:
     return first
 
 
-def print_pair(title: str, generated, baseline, names: tuple[str, str]) -> None:
+def print_pair(title: str, generated, baseline, names: tuple[str, str], figure: str = "throughput") -> None:
+    """The pair's table: per concurrency level, each one's ``figure`` per second (requests, or a decoupled
+    model's responses_per_s), their ratio, p50 latencies and CPU shares."""
     print(f"\n{title}  ({generated.tool}, {generated.protocol})")
     print(
         f"  {'conc':>4}  {names[0]:>14}  {names[1]:>14}  {'ratio':>6}  {'p50 us':>15}  "
         f"{'client/server CPU':>22}"
     )
     for mine, theirs in zip(generated.levels, baseline.levels, strict=True):
-        ratio = mine.throughput / theirs.throughput if theirs.throughput else float("inf")
+        ours, other = getattr(mine, figure), getattr(theirs, figure)
+        ratio = ours / other if other else float("inf")
         print(
-            f"  {mine.concurrency:>4}  {mine.throughput:>12,.0f}/s  {theirs.throughput:>12,.0f}/s  "
+            f"  {mine.concurrency:>4}  {ours:>12,.0f}/s  {other:>12,.0f}/s  "
             f"{ratio:>5.2f}x  {mine.p50_us:>6,.0f} /{theirs.p50_us:>7,.0f}  "
             f"{mine.client_cpu:>4.0%}/{mine.server_cpu:<4.0%} "
             f"{theirs.client_cpu:>4.0%}/{theirs.server_cpu:<4.0%}"
@@ -479,21 +489,29 @@ def python_pairs(scratch: Path, args) -> None:
 
 
 def decoupled(scratch: Path, args) -> None:
-    project = new_project(scratch / "bench-dec", "decoupled-backend", language="cpp")
+    """decoupled-backend generated for STREAM_SIGNATURE (its placeholder streams N responses per request)
+    against the floor streaming as many, in one server: responses per second."""
+    from triton_backend_gen import signature
+
+    context = signature.from_flags(*STREAM_SIGNATURE).context()
+    project = new_project(scratch / "bench-dec", "decoupled-backend", signature=context, model_name="stream")
     build(project)
-    inputs = {
-        "IN": np.arange(16, dtype=np.int32),
-        "DELAY": np.zeros(16, np.uint32),
-        "WAIT": np.zeros(1, np.uint32),
-    }
-    (report,) = measure(project, [["repeat_int32"]], [1, 8], args, inputs).values()
-    print(f"\nDecoupled C++ repeat, 16 responses per request, no delay  ({report.tool})")
-    for level in report.levels:
-        print(
-            f"  {level.concurrency:>2} streams: {level.responses_per_s:>10,.0f} responses/s "
-            f"({level.throughput:,.0f} requests/s, p50 {level.p50_us:,.0f} us, "
-            f"client/server CPU {level.client_cpu:.0%}/{level.server_cpu:.0%})"
-        )
+    config = config_of(project, "stream")
+    floor = with_backend(config, "floor_ref") + (
+        f'parameters {{ key: "floor_responses" value {{ string_value: "{STREAM_RESPONSES}" }} }}\n'
+    )
+    add_model(project, "stream_floor", floor, build_floor(scratch), decoupled=True)
+    inputs = {"TEXT": np.array([b"a short text"], np.object_), "N": np.array([STREAM_RESPONSES], np.int32)}
+    reports = measure(
+        project, [["stream", "stream_floor"]], [1, 8], args, {"stream": inputs, "stream_floor": inputs}
+    )
+    print_pair(
+        f"Decoupled C++ TEXT, N -> TOKEN, INDEX, {STREAM_RESPONSES} responses a request: generated vs floor",
+        reports["stream"],
+        reports["stream_floor"],
+        ("generated", "floor"),
+        figure="responses_per_s",
+    )
 
 
 def composed(scratch: Path, args) -> None:

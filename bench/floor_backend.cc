@@ -4,9 +4,11 @@
 // writes every output in the configuration's shape (-1 -> 1, the batch dimension from the request): a
 // fixed-size output filled with one byte, a BYTES output as one short string per element (the decimal byte
 // count of the request's inputs, formatted once per request and copied behind each 4-byte length). No input
-// collector, no batching across requests, no validation, no allocation per request. Written for the benchmark
-// (built with g++ against Triton's core and common headers, loaded from the model's directory as
-// libtriton_floor_ref.so).
+// collector, no batching across requests, no validation, no allocation per request. A decoupled model
+// (model_transaction_policy { decoupled: true }) streams parameters.floor_responses responses per request
+// from the request's response factory, in execute itself (no thread of its own), the final flag on the last.
+// Written for the benchmark (built with g++ against Triton's core and common headers, loaded from the model's
+// directory as libtriton_floor_ref.so).
 
 #include <charconv>
 #include <chrono>
@@ -44,6 +46,8 @@ struct Output {
 
 struct ModelState {
   bool batching;
+  bool decoupled = false;
+  uint64_t responses = 1;  // a decoupled model's responses per request
   std::vector<Output> outputs;
 };
 
@@ -73,6 +77,17 @@ ReadSignature(TRITONBACKEND_Model* model, ModelState* state)
   int64_t max_batch_size = 0;
   RETURN_IF_ERROR(config.MemberAsInt("max_batch_size", &max_batch_size));
   state->batching = max_batch_size > 0;
+  TritonJson::Value policy;
+  if (config.Find("model_transaction_policy", &policy)) {
+    RETURN_IF_ERROR(policy.MemberAsBool("decoupled", &state->decoupled));
+  }
+  TritonJson::Value parameters;
+  TritonJson::Value responses;
+  if (config.Find("parameters", &parameters) && parameters.Find("floor_responses", &responses)) {
+    std::string count;
+    RETURN_IF_ERROR(responses.MemberAsString("string_value", &count));
+    state->responses = std::stoull(count);
+  }
   TritonJson::Value outputs;
   RETURN_IF_ERROR(config.MemberAsArray("output", &outputs));
   for (size_t i = 0; i < outputs.ArraySize(); ++i) {
@@ -195,6 +210,52 @@ WriteOutputs(
   return nullptr;
 }
 
+// A decoupled model's stream: state.responses responses from the request's factory, each with every output,
+// the final flag on the last (alone when there are none); 'err' (the inputs could not be read) or a failure
+// ends the stream in a response that carries it. Returns the error, which the caller deletes.
+TRITONSERVER_Error*
+Stream(
+    const ModelState& state, TRITONBACKEND_Request* request, const int64_t batch_size, const uint64_t total_bytes,
+    const uint64_t checksum, TRITONSERVER_Error* err)
+{
+  TRITONBACKEND_ResponseFactory* factory = nullptr;
+  TRITONSERVER_Error* factory_err = TRITONBACKEND_ResponseFactoryNew(&factory, request);
+  if (factory_err != nullptr) {
+    TRITONSERVER_ErrorDelete(err);
+    return factory_err;
+  }
+  bool final_sent = false;
+  for (uint64_t i = 0; !final_sent && (i < state.responses || err != nullptr); ++i) {
+    TRITONBACKEND_Response* response = nullptr;
+    TRITONSERVER_Error* new_err = TRITONBACKEND_ResponseNewFromFactory(&response, factory);
+    if (new_err != nullptr) {
+      TRITONSERVER_ErrorDelete(err);
+      err = new_err;
+      break;
+    }
+    if (err == nullptr) {
+      err = WriteOutputs(state, response, batch_size, total_bytes, checksum);
+    }
+    final_sent = err != nullptr || i + 1 == state.responses;
+    TRITONSERVER_Error* send_err =
+        TRITONBACKEND_ResponseSend(response, final_sent ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0, err);
+    if (send_err != nullptr) {
+      TRITONSERVER_ErrorDelete(send_err);
+    }
+  }
+  if (!final_sent) {
+    TRITONSERVER_Error* flags_err = TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL);
+    if (flags_err != nullptr) {
+      TRITONSERVER_ErrorDelete(flags_err);
+    }
+  }
+  TRITONSERVER_Error* delete_err = TRITONBACKEND_ResponseFactoryDelete(factory);
+  if (delete_err != nullptr) {
+    TRITONSERVER_ErrorDelete(delete_err);
+  }
+  return err;
+}
+
 }  // namespace
 
 extern "C" {
@@ -237,24 +298,28 @@ TRITONBACKEND_ModelInstanceExecute(
   for (uint32_t r = 0; r < request_count; ++r) {
     TRITONBACKEND_Request* request = requests[r];
     const uint64_t start = NowNs();
-    TRITONBACKEND_Response* response = nullptr;
-    TRITONSERVER_Error* err = TRITONBACKEND_ResponseNew(&response, request);
     int64_t batch_size = 1;
     uint64_t total_bytes = 0;
     uint64_t checksum = 0;
-    if (err == nullptr) {
-      err = ReadInputs(request, state.batching, &batch_size, &total_bytes, &checksum);
-    }
-    if (err == nullptr) {
-      err = WriteOutputs(state, response, batch_size, total_bytes, checksum);
-    }
-    const uint64_t end = NowNs();
-    if (response != nullptr) {
-      TRITONSERVER_Error* send_err = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
-      if (send_err != nullptr) {
-        TRITONSERVER_ErrorDelete(send_err);
+    TRITONSERVER_Error* err = ReadInputs(request, state.batching, &batch_size, &total_bytes, &checksum);
+    if (state.decoupled) {
+      err = Stream(state, request, batch_size, total_bytes, checksum, err);
+    } else {
+      TRITONBACKEND_Response* response = nullptr;
+      TRITONSERVER_Error* new_err = TRITONBACKEND_ResponseNew(&response, request);
+      if (err == nullptr && new_err == nullptr) {
+        err = WriteOutputs(state, response, batch_size, total_bytes, checksum);
+      }
+      if (new_err != nullptr) {
+        TRITONSERVER_ErrorDelete(new_err);
+      } else {
+        TRITONSERVER_Error* send_err = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
+        if (send_err != nullptr) {
+          TRITONSERVER_ErrorDelete(send_err);
+        }
       }
     }
+    const uint64_t end = NowNs();
     TRITONSERVER_Error* stats_err =
         TRITONBACKEND_ModelInstanceReportStatistics(instance, request, err == nullptr, start, start, end, end);
     if (stats_err != nullptr) {

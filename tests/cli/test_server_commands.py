@@ -126,7 +126,7 @@ def test_native_python_project_runs_the_native_path(tmp_path, require_pybind11):
 
 def test_wrong_outputs_fail_with_exit_1(tmp_path):
     project = new_project(tmp_path, "python-backend")
-    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    model = project / "model_repository" / "add_sub" / "1" / "compute.py"
     text = model.read_text()
     assert "OUTPUT1: in0 - in1}" in text
     model.write_text(text.replace("OUTPUT1: in0 - in1}", "OUTPUT1: in0 + in1}"))

@@ -29,9 +29,11 @@ def project(tmp_path) -> Path:
         pytest.skip("venv-pack is not installed (pip install 'triton-backend-gen[deploy]')")
     project = new_project(tmp_path, "python-backend")
     model = project / "model_repository" / "add_sub"
-    replace_once(model / "1" / "model.py", "import numpy as np\n", f"import {PACKAGE}\nimport numpy as np\n")
     replace_once(
-        model / "1" / "model.py",
+        model / "1" / "compute.py", "import numpy as np\n", f"import {PACKAGE}\nimport numpy as np\n"
+    )
+    replace_once(
+        model / "1" / "compute.py",
         "    return {OUTPUT0: in0 + in1,",
         f"    assert {PACKAGE}.underscore('AddSub') == 'add_sub'\n    return {{OUTPUT0: in0 + in1,",
     )

@@ -153,3 +153,17 @@ def test_a_packed_environment_is_ignored_by_git_and_kept_in_the_image_context(re
     ]
     context = exclude_paths(str(project), patterns)
     assert str(packed_env.relative_to(project)) in context
+
+
+def test_an_import_of_the_users_compute_py_is_checked_too(render_template):
+    """The user's compute.py, beside the generated model.py, imports from the model's environment too."""
+    import importlib.util
+
+    from triton_backend_gen.project import load_project
+    from triton_backend_gen.runtime.execution_envs import import_findings
+
+    root = render_template("python-backend")
+    compute = root / "model_repository" / "add_sub" / "1" / "compute.py"
+    compute.write_text("import tbgen_no_such_module  # mine\n" + compute.read_text())
+    (finding,) = import_findings(load_project(root), lambda name: importlib.util.find_spec(name) is not None)
+    assert finding.missing == ["tbgen_no_such_module"]

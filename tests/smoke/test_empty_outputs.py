@@ -33,7 +33,7 @@ def compute(inputs):
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    """A python-backend tokenizer project whose model.py and reference.py compute the same (appended
+    """A python-backend tokenizer project whose compute.py and reference.py compute the same (appended
     definitions replace the placeholder's), for the newest release (so the embedded 24.10 server has a
     note)."""
     root = tmp_path_factory.mktemp("tokenizer")
@@ -52,7 +52,7 @@ def tokenizer(tmp_path_factory):
     )
     assert result.returncode == 0, result.stderr
     project = root / "txt"
-    for file in (project / "reference.py", project / "model_repository" / "txt" / "1" / "model.py"):
+    for file in (project / "reference.py", project / "model_repository" / "txt" / "1" / "compute.py"):
         file.write_text(file.read_text() + TOKENIZER)
     return project
 

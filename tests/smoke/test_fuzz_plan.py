@@ -53,6 +53,18 @@ def test_kinds_follow_the_model(render_template, tmp_path):
     kinds = Counter(c.kind for c in plan_fuzz(decoupled, 300))
     assert "batch too large" not in kinds  # max_batch_size 0
     assert "garbage values" not in kinds  # random DELAY values could stream for days
+    # ... unless the reference bounds its streams (MAX_RESPONSES: the placeholder of a signature's own).
+    streams = load_project(
+        render_template(
+            "decoupled-backend",
+            project_name="streams",
+            signature={
+                "inputs": [{"name": "N", "datatype": "INT32", "dims": [1]}],
+                "outputs": [{"name": "OUT", "datatype": "INT32", "dims": [1]}],
+            },
+        )
+    )
+    assert "garbage values" in {c.kind for c in plan_fuzz(streams, 300)}
     # HTTP refuses every inference request to a decoupled model: most cases go over gRPC streams.
     protocols = Counter(c.protocol for c in plan_fuzz(decoupled, 300))
     assert protocols["grpc"] > 2 * protocols["http"] > 0

@@ -126,18 +126,18 @@ def test_a_reference_that_disagrees_with_the_model_fails_the_inference_checks(se
 
 
 def _broken_python_model(root: Path) -> None:
-    model = root / "model_repository" / "add_sub" / "1" / "model.py"
+    model = root / "model_repository" / "add_sub" / "1" / "compute.py"
     text = model.read_text()
     assert "OUTPUT1: in0 - in1}" in text
     model.write_text(text.replace("OUTPUT1: in0 - in1}", "OUTPUT1: in0 - in1 + 1}"))
 
 
 def _broken_decoupled_model(root: Path) -> None:
-    model = root / "model_repository" / "repeat_int32" / "1" / "model.py"
-    text = model.read_text()
-    assert "for i, value in enumerate(values):" in text
-    model.write_text(
-        text.replace("for i, value in enumerate(values):", "for i, value in enumerate(values[:-1]):")
+    compute = root / "model_repository" / "repeat_int32" / "1" / "compute.py"  # the user's stream
+    text = compute.read_text()
+    assert 'zip(inputs["IN"], inputs["DELAY"])' in text
+    compute.write_text(
+        text.replace('zip(inputs["IN"], inputs["DELAY"])', 'zip(inputs["IN"][:-1], inputs["DELAY"])')
     )
 
 
@@ -200,7 +200,7 @@ def test_checks_after_a_server_crash_are_reported_not_run(tmp_path):
 def test_fuzz_catches_a_model_that_leaks_memory(tmp_path):
     """A model that keeps 8 MiB per computed request: answers stay right, the memory check fails."""
     project = render_new_project("python-backend", tmp_path / "leaky", {})
-    model = project / "model_repository" / "add_sub" / "1" / "model.py"
+    model = project / "model_repository" / "add_sub" / "1" / "compute.py"
     text = model.read_text()
     assert "    return {OUTPUT0: in0 + in1" in text
     model.write_text(

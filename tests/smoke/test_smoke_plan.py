@@ -88,6 +88,17 @@ def test_decoupled_model_is_tested_over_grpc_streams(render_template):
     assert run_offline_checks(plan)[0].passed
 
 
+def test_a_request_without_responses_is_checked_when_the_reference_makes_one(render_template):
+    """reference.no_response_inputs is optional: references written before it existed plan without it."""
+    project = render_template("decoupled-backend", language="python")
+    assert ("request without responses", "grpc") in names(plan_smoke(load_project(project)))
+    reference = project / "reference.py"
+    text = reference.read_text()
+    assert "def no_response_inputs(" in text
+    reference.write_text(text.replace("def no_response_inputs(", "def _no_response_inputs("))
+    assert ("request without responses", "grpc") not in names(plan_smoke(load_project(project)))
+
+
 @pytest.mark.parametrize("dtype", ["FP16", "INT32", "INT64"])
 def test_each_dtype_plans_and_its_reference_agrees_with_the_config(render_template, dtype):
     project = load_project(render_template("python-backend", dtype=dtype))

@@ -55,7 +55,9 @@ COMMON_FILES = {
     "model_repository/add_sub/config.pbtxt",
     "reference.py",
     "src/libtriton_my_backend.ldscript",
+    "src/compute.cc",
     "src/my_backend.cc",
+    "src/tensors.h",
     "tbgen.toml",
     "tests/conftest.py",
     "tests/test_add_sub.py",
@@ -189,7 +191,10 @@ def test_config_follows_the_answers(render_template, dtype):
     assert f'{{"A", TRITONSERVER_TYPE_{dtype}, "{config_type}", {{2, 3}}, std::nullopt, false}},' in table
     assert f'{{"DIFF", TRITONSERVER_TYPE_{dtype}, "{config_type}", {{2, 3}}, std::nullopt, false}},' in table
     # Compute adds and subtracts in the dtype's own arithmetic.
-    compute = source[source.index("\nCompute(") : source.index("// ====", source.index("\nCompute("))]
+    user = (project / "src" / "compute.cc").read_text()
+    compute = user[
+        user.index("\nCompute(") : user.index("// ---- End of your logic", user.index("\nCompute("))
+    ]
     marker = {
         "FP16": "FloatToHalf(x + y)",
         "BF16": "FloatToBF16(x + y)",
@@ -269,9 +274,16 @@ def test_post_gen_hook_removes_gpu_files_by_explicit_list():
     assert 'GPU_ONLY_FILES = ["src/kernels.cu", "src/kernels.h"]' in hook
 
 
+def backend_source(project) -> str:
+    """The backend's whole C++: the generated header, the user's logic and the generated plumbing."""
+    return "\n".join(
+        (project / "src" / name).read_text() for name in ("tensors.h", "compute.cc", "my_backend.cc")
+    )
+
+
 def test_a_signature_generates_the_tensor_table_and_typed_views(render_template):
     project = render_template("cpp-backend", signature=MIXED, max_batch_size=4)
-    source = (project / "src" / "my_backend.cc").read_text()
+    source = backend_source(project)
     for entry in (
         '{"TEXT", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, false},',
         '{"LANG", TRITONSERVER_TYPE_BYTES, "TYPE_STRING", {1}, std::nullopt, true},',
@@ -295,12 +307,13 @@ def test_a_signature_generates_the_tensor_table_and_typed_views(render_template)
     assert "void\nCompute(\n    const Inputs& in, Outputs* out, const size_t batch_size," in source
     assert "Your computation goes here." in source
     # The placeholder of reference.py: optional inputs counted when present, -1 output dims of size 1.
-    assert "if (in.LANG.present) {" in source and "out->LABEL.Append(decimal);" in source
+    assert "if (in.LANG.present) {" in source and "out->LABEL.Append(decimal, out->LABEL.row_size);" in source
     assert "FloatToBF16(static_cast<float>(n))" in source
-    # Gathered by the collector, scattered by the responder; BYTES parsed in place and serialized per request.
+    # Read in place, copied or gathered by the collector; written in place or copied into each response; BYTES
+    # parsed in place and serialized per request.
     for piece in (
-        "BackendInputCollector collector(",
-        "BackendOutputResponder responder(",
+        "std::optional<BackendInputCollector> collector;",
+        "CopyBuffer(",
         "ParseBytes(",
         "TRITONBACKEND_ResponseOutput(",
         "SameLayout(",
@@ -321,7 +334,7 @@ def test_tensor_names_cpp_reserves_get_an_underscore_and_reshape_is_in_the_table
             "outputs": [{"name": "linux", "datatype": "UINT8", "dims": [1], "reshape": []}],
         },
     )
-    source = (project / "src" / "my_backend.cc").read_text()
+    source = backend_source(project)
     assert re.search(r"TensorView<uint8_t> class_;", source)  # BOOL inputs are bytes: non-zero is true
     assert re.search(r"TensorOutput<uint8_t> linux_;", source)
     table = re.sub(r"\s+", " ", source)

@@ -120,10 +120,11 @@ def test_bls_renders_a_router_of_the_signature(tmp_path, gpu):
         "TRITONSERVER_ServerInferAsync",
         "TRITONSERVER_InferenceRequestAppendInputData",
         "TritonServer()",
-        "YOUR LOGIC",
+        "RETURN_IF_ERROR(Route(model, named, &callee));",
         'constexpr char kSelector[] = "MODEL_NAME";',
     ):
         assert needed in source, needed
+    assert "\nRoute(const std::string& model" in (project / "src" / "compute.cc").read_text()
     assert "BatchExecutor" not in source and "future" not in source  # nothing waits for a callee
     cmakelists = (project / "CMakeLists.txt").read_text()
     assert "kernels.cu" not in cmakelists

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import py_compile
-import queue
 import re
 import subprocess
 from pathlib import Path
@@ -24,6 +23,7 @@ from triton_backend_gen import versions
 from triton_backend_gen.commands.templates_check import SIGNATURES as CHECKED_SIGNATURES
 from triton_backend_gen.project import BackendKind, load_project
 from triton_backend_gen.scaffold import read_answers_file
+from triton_backend_gen.scaffold.layout import layout_problems, user_files
 from triton_backend_gen.smoke import load_reference
 from triton_backend_gen.toolchain.cmake import run_cmake_build
 
@@ -48,11 +48,13 @@ LANGUAGE_FILES = {
         "CMakePresets.json",
         "cmake/my_backendConfig.cmake.in",
         f"model_repository/{MODEL}/1/.gitkeep",
+        "src/compute.cc",
         "src/libtriton_my_backend.ldscript",
         "src/my_backend.cc",
+        "src/tensors.h",
         "third_party/README.md",
     },
-    "python": {f"model_repository/{MODEL}/1/model.py"},
+    "python": {f"model_repository/{MODEL}/1/model.py", f"model_repository/{MODEL}/1/compute.py"},
 }
 LANGUAGES = sorted(LANGUAGE_FILES)
 
@@ -173,7 +175,7 @@ def test_generated_tests_stream_with_the_final_flag(render_template, language):
 def test_post_gen_hook_removes_files_by_explicit_list():
     hook = (TEMPLATES / TEMPLATE / "hooks/post_gen_project.py").read_text()
     assert '"cpp": ["CMakeLists.txt", "CMakePresets.json", "cmake", "src"' in hook
-    assert '"python": [str(VERSION_DIR / "model.py")]' in hook
+    assert '"python": [str(VERSION_DIR / "model.py"), str(VERSION_DIR / "compute.py")]' in hook
 
 
 # --------------------------------------------------------------------------- reference.py
@@ -275,7 +277,7 @@ def test_cpp_variant_builds_against_r24_10(render_template, compiler_cache):
 CPP_SIGNATURE = CHECKED_SIGNATURES["mixed"].context()
 
 
-def test_cpp_with_a_signature_renders_it_and_answers_with_one_final_response(render_template):
+def test_cpp_with_a_signature_renders_its_tensors_and_the_users_stream(render_template):
     project = render_template(TEMPLATE, signature=CPP_SIGNATURE)
     config = read_config(project)
     assert config.model_transaction_policy.decoupled and config.max_batch_size == 0
@@ -291,65 +293,45 @@ def test_cpp_with_a_signature_renders_it_and_answers_with_one_final_response(ren
         "LABEL": ("TYPE_STRING", [1]),
         "SCORE": ("TYPE_FP32", [4]),
     }
-    source = (project / "src/my_backend.cc").read_text()
-    assert (
-        "RETURN_IF_ERROR(NewPerRequest(\n      requests, request_count, TRITONBACKEND_ResponseFactoryNew,"
-        in source
-    )
-    assert "TRITONBACKEND_ResponseNewFromFactory(&responses[r]" in source
-    assert "responses[r], TRITONSERVER_RESPONSE_COMPLETE_FINAL, nullptr)" in source
-    assert "BytesView TEXT;" in source and "BytesOutput LABEL;" in source and "\nCompute(" in source
-    assert '"IN"' not in source and "std::async" not in source  # not the repeat example's streaming
-    tests = next((project / "tests").glob("test_*.py")).read_text()
-    assert "enable_empty_final_response=True" in tests and "DELAY" not in tests
+    # The user's stream in src/compute.cc (the placeholder between its markers), the plumbing apart.
+    assert [str(p.relative_to(project)) for p in user_files(project)] == ["src/compute.cc"]
+    assert layout_problems(project) == []
+    compute = (project / "src" / "compute.cc").read_text()
+    assert compute.index("// ---- Your logic ----") < compute.index("StreamResponses(")
+    assert compute.index("// ---- End of the placeholder.") < compute.index("// ---- End of your logic ----")
 
 
-@pytest.mark.cpp
-@pytest.mark.slow
-def test_cpp_with_a_signature_streams_the_reference(render_template, compiler_cache, server_or_skip):
-    """Built and served by the embedded tritonserver: each request's stream holds one response, equal to
-    reference.responses() and flagged final (optional inputs given or left out); a bad request is refused."""
-    import tritonclient.grpc as grpcclient
+# --------------------------------------------------------------------------- reference.py of a signature
 
-    from triton_backend_gen.runtime import prepare_server
-    from triton_backend_gen.smoke.compare import output_mismatches
 
-    sources = triton_sources_or_skip("r24.10")
-    project = render_template(TEMPLATE, signature=CPP_SIGNATURE, triton_version="24.10")
-    run_cmake_build(project, project / "build", triton_sources=sources, gpu=False)
-    reference = load_reference(project)
-    model = load_project(project).models[0].name
-    results = queue.Queue()
-    with (
-        prepare_server(load_project(project)) as triton,
-        grpcclient.InferenceServerClient(triton.grpc_url) as client,
-    ):
-        client.start_stream(callback=lambda result, error: results.put((result, error)))
-        requests = {f"r{seed}": reference.make_inputs(None, seed=seed) for seed in range(4)}
-        requests["bad"] = {k: v for k, v in reference.make_inputs(None, seed=4).items() if k != "TEXT"}
-        for request_id, inputs in requests.items():
-            tensors = []
-            for name, array in inputs.items():
-                tensor = grpcclient.InferInput(name, list(array.shape), reference.INPUTS[name][0])
-                tensor.set_data_from_numpy(array)
-                tensors.append(tensor)
-            client.async_stream_infer(model, tensors, request_id=request_id, enable_empty_final_response=True)
-        answers = {}
-        for _ in requests:
-            result, error = results.get(timeout=30)
-            if error is not None:
-                answers["bad"] = error
-                continue
-            response = result.get_response()
-            assert response.parameters["triton_final_response"].bool_param, response.id
-            answers[response.id] = result
-        client.stop_stream()
-    assert "TEXT" in str(answers["bad"])
-    for request_id, inputs in requests.items():
-        if request_id != "bad":
-            [expected] = reference.responses(inputs)
-            got = {name: answers[request_id].as_numpy(name) for name in expected}
-            assert not output_mismatches(got, expected, reference.TOLERANCE), request_id
+@pytest.mark.parametrize("batching", [0, 4])
+def test_reference_streams_k_responses_of_n_plus_i(render_template, batching):
+    """K from the first integer input of one element (here K), n over the whole request; the final flag rides
+    on the last response; a request with K = 0 streams none."""
+    reference = load_reference(render_template(TEMPLATE, signature=CPP_SIGNATURE, max_batch_size=batching))
+    assert reference.FINAL_WITH_LAST_RESPONSE and reference.MAX_RESPONSES == 64
+    batch = batching or None
+    for seed in range(4):
+        inputs = reference.make_inputs(batch, seed=seed)
+        count = int(inputs["K"].flat[0])
+        responses = reference.responses(inputs)
+        assert 1 <= count <= 4 and len(responses) == count
+        n = int(reference.responses({**inputs, "K": np.ones_like(inputs["K"])})[0]["SCORE"].flat[0])
+        for i, response in enumerate(responses):
+            assert response["TOKENS"].shape == ((batch,) if batch else ()) + (1,)
+            assert response["LABEL"].flat[0] == str(n + i).encode() and response["SCORE"].flat[0] == n + i
+    assert len(reference.responses({**inputs, "K": np.full_like(inputs["K"], 1000)})) == 64
+    assert reference.responses(reference.no_response_inputs(batch)) == []
+
+
+def test_reference_without_an_integer_input_streams_the_first_inputs_elements(render_template):
+    reference = load_reference(render_template(TEMPLATE, signature=CHECKED_SIGNATURES["bytes-in"].context()))
+    assert reference.count_input(reference.make_inputs(None)) is None
+    for seed in range(3):
+        inputs = reference.make_inputs(None, seed=seed)
+        assert len(reference.responses(inputs)) == inputs["TEXT"].size >= 1
+    silent = reference.no_response_inputs(None)
+    assert silent["TEXT"].size == 0 and reference.responses(silent) == []
 
 
 # -------------------------------------------------------------------------- the python model with a signature
@@ -364,29 +346,10 @@ def python_model_file(project: Path) -> Path:
     return project / "model_repository" / load_project(project).models[0].name / "1" / "model.py"
 
 
-def test_python_model_with_a_signature_sends_one_final_response(render_template, tmp_path):
-    project = render_template(TEMPLATE, language="python", signature=SIGNATURES["mixed"])
-    path = python_model_file(project)
-    py_compile.compile(str(path), cfile=str(tmp_path / "model.pyc"), doraise=True)
-    model = path.read_text()
-    for line in (
-        'text = inputs["TEXT"]',
-        'lang = inputs["LANG"]',
-        "if lang is not None:",
-        'strings = [s.decode("utf-8", "replace") for s in text.flat]',
-        "sender.send(self._respond(request), flags=FINAL)",
-        "using_decoupled_model_transaction_policy",
-    ):
-        assert line in model, line
-    code = [line for line in model.splitlines() if not line.lstrip().startswith("#")]
-    assert not [line for line in code if "send(flags=" in line], "a flags-only final response"
-    assert "threading" not in model and '"IN"' not in model  # not the repeat example
-
-
-@pytest.mark.parametrize("name", sorted(SIGNATURES))
-def test_python_model_compute_is_the_reference_response(render_template, name):
-    """compute() of the decoupled model.py gives reference.responses()'s one response (optional inputs
-    given or left out), with the real triton_python_backend_utils of the embedded server's wheel."""
+def load_python_model(project: Path):
+    """The decoupled model.py as a module, as the python backend's stub imports it: with the real
+    triton_python_backend_utils of the embedded server's wheel and its own directory (compute.py) on
+    sys.path."""
     import importlib.util
     import sys
 
@@ -394,32 +357,84 @@ def test_python_model_compute_is_the_reference_response(render_template, name):
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("nvidia-pytriton (the embedded server, `pip install .[server]`) is not installed")
     pb_utils_dir = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "backends" / "python"
-    project = render_template(TEMPLATE, language="python", signature=SIGNATURES[name])
-    sys.path.insert(0, str(pb_utils_dir))
+    model_py = python_model_file(project)
+    paths = [str(pb_utils_dir), str(model_py.parent)]
+    sys.path[:0] = paths
+    sys.modules.pop("compute", None)  # each project's own compute.py
     try:
-        module_spec = importlib.util.spec_from_file_location(
-            f"decoupled_model_{name}", python_model_file(project)
-        )
+        module_spec = importlib.util.spec_from_file_location(f"decoupled_model_{id(project)}", model_py)
         model = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(model)
+        return model
     finally:
-        sys.path.remove(str(pb_utils_dir))
-    reference = load_reference(project)
-    for seed in range(6):
+        sys.modules.pop("compute", None)
+        for path in paths:
+            sys.path.remove(path)
+
+
+@pytest.mark.parametrize("answers", [{}, {"signature": SIGNATURES["mixed"]}, {"sequence": "oldest"}])
+def test_python_model_is_plumbing_around_the_users_compute_py(render_template, answers):
+    """model.py is generated and imports compute.py beside it, the user's (small, its logic between markers):
+    the repeat example's stream(), a signature's stream() or a sequence's step()."""
+    project = render_template(TEMPLATE, language="python", **answers)
+    yours = f"model_repository/{load_project(project).models[0].name}/1/compute.py"
+    assert [str(p.relative_to(project)) for p in user_files(project)] == [yours]
+    assert layout_problems(project) == []
+    header = python_model_file(project).read_text().splitlines()[1]
+    assert header == f"# `tbgen update` rewrites it: put your code in {yours}, which is yours."
+    model = load_python_model(project)
+    assert Path(model.compute.__file__) == project / yours
+    compute = (project / yours).read_text()
+    assert compute.index("# ---- Your logic ----") < compute.index("# ---- End of your logic ----")
+    assert hasattr(model.compute, "step" if answers.get("sequence") else "stream")
+
+
+def test_python_repeat_stream_is_the_reference(render_template):
+    project = render_template(TEMPLATE, language="python")
+    model, reference = load_python_model(project), load_reference(project)
+    for seed in range(3):
         inputs = reference.make_inputs(None, seed=seed)
-        [expected] = reference.responses(inputs)
-        outputs = model.compute({tensor: inputs.get(tensor) for tensor in model.INPUTS})
-        assert list(outputs) == list(expected)
-        for tensor, want in expected.items():
-            got = np.asarray(outputs[tensor])
-            assert (got.dtype, got.shape) == (want.dtype, want.shape), tensor
-            assert got.tolist() == want.tolist(), tensor
+        inputs["DELAY"] = np.zeros_like(inputs["DELAY"])  # no waiting here
+        got = list(model.compute.stream(inputs))
+        expected = reference.responses(inputs)
+        assert [sorted(r) for r in got] == [sorted(r) for r in expected]
+        for response, want in zip(got, expected, strict=True):
+            for name, array in want.items():
+                assert response[name].dtype == array.dtype and response[name].tolist() == array.tolist()
+
+
+@pytest.mark.parametrize("batching", [0, 4])
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_python_model_stream_is_the_reference_responses(render_template, name, batching):
+    """compute.py's stream() yields reference.responses(): K responses of n + i (optional inputs given or
+    left out, K from the count input or the first input's elements, none for K = 0, at most 64)."""
+    project = render_template(
+        TEMPLATE, language="python", signature=SIGNATURES[name], max_batch_size=batching
+    )
+    model = load_python_model(project)
+    reference = load_reference(project)
+    requests = [reference.make_inputs(batching or None, seed=seed) for seed in range(6)]
+    silent = reference.no_response_inputs(batching or None)
+    requests += [silent] if silent is not None else []
+    count = reference.count_input(requests[0])
+    if count is not None:
+        requests.append({**requests[0], count: np.full_like(requests[0][count], 1000)})  # clamped to 64
+    for inputs in requests:
+        expected = reference.responses(inputs)
+        got = list(model.compute.stream({tensor: inputs.get(tensor) for tensor in model.INPUTS}))
+        assert len(got) == len(expected)
+        for outputs, want in zip(got, expected, strict=True):
+            assert list(outputs) == list(want)
+            for tensor, array in want.items():
+                value = np.asarray(outputs[tensor])
+                assert (value.dtype, value.shape) == (array.dtype, array.shape), tensor
+                assert value.tolist() == array.tolist(), tensor
 
 
 @pytest.mark.slow
 def test_python_model_with_a_signature_passes_the_smoke_suite(render_template, server_or_skip):
-    """Served by the embedded tritonserver: gRPC streams each get one response equal to reference.py's,
-    flagged final; bad requests are refused."""
+    """Served by the embedded tritonserver: gRPC streams each get reference.py's responses, the final flag on
+    the last one (alone for a request with none), cancelled mid-stream; bad requests are refused."""
     from triton_backend_gen.runtime import prepare_server
     from triton_backend_gen.smoke import Endpoints, plan_smoke, run_smoke
 

@@ -50,7 +50,7 @@ def test_the_repeat_example_is_unchanged_by_the_new_options_when_off(tmp_path):
     for absent in ("metrics =", "parameters =", "sequence ="):
         assert absent not in toml, absent
     source = (project / "src" / "dseq.cc").read_text()
-    for absent in ("ModelMetrics", "ReadRequestParameters", "SequenceStates", "ExecutionTally"):
+    for absent in ("ModelMetrics", "ReadRequestParameters", "SequenceStates", "ExecutionMetrics"):
         assert absent not in source, absent
 
 
@@ -76,14 +76,20 @@ def test_the_repeat_example_is_unchanged_by_the_new_options_when_off(tmp_path):
         ),
         (
             {"custom_metrics": True, "request_parameters": True},
-            ["ExecutionTally", "ObserveBatchSize", "job->request.get(), &job->parameters)"],
+            [
+                "ExecutionMetrics",
+                "ObserveBatchSize",
+                "ReadRequestParameters(model_name, request_, &parameters_)",
+            ],
             ["SequenceStates"],
         ),
     ],
 )
 def test_cpp_renders_its_code(tmp_path, given, present, absent):
+    """In the plumbing (src/dseq.cc) or the user's src/compute.cc (Step)."""
     template, resolved = answers(**given)
-    source = (render_into(template, resolved, tmp_path) / "src" / "dseq.cc").read_text()
+    src = render_into(template, resolved, tmp_path) / "src"
+    source = (src / "dseq.cc").read_text() + (src / "compute.cc").read_text()
     for text in present:
         assert text in source, text
     for text in absent:
@@ -100,9 +106,12 @@ def test_python_sequence_renders_and_refuses_implicit_state(tmp_path):
     )
     project = render_into(template, resolved, tmp_path)
     model = (project / "model_repository" / "accumulate" / "1" / "model.py").read_text()
+    yours = (project / "model_repository" / "accumulate" / "1" / "compute.py").read_text()
     compile(model, "model.py", "exec")
-    for text in ("request.correlation_id()", "flags=FINAL", "response_parameters_supported", "def step("):
+    compile(yours, "compute.py", "exec")
+    for text in ("request.correlation_id()", "flags=FINAL", "response_parameters_supported", "compute.step("):
         assert text in model, text
+    assert "def step(" in yours  # the user's, beside the plumbing
     config = (project / "model_repository" / "accumulate" / "config.pbtxt").read_text()
     assert "oldest" in config and "CORRID" not in config and "decoupled: true" in config
     toml = (project / "tbgen.toml").read_text()

@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_backend_gen.project import load_project
 from triton_backend_gen.runtime import start_server
+from triton_backend_gen.scaffold.layout import layout_problems
 from triton_backend_gen.smoke import load_reference
 
 MODEL = "accumulate"
@@ -229,9 +230,11 @@ def test_every_combination_renders_a_model_py_that_compiles(render_template, ans
     project = render_template("python-backend", triton_version="24.10", **answers)
     models = list(project.glob("model_repository/*/1/model.py")) + list(project.glob("backends/*/model.py"))
     assert len(models) == 1
-    source = models[0].read_text()
+    source, yours = models[0].read_text(), (models[0].parent / "compute.py").read_text()
     compile(source, str(models[0]), "exec")
+    compile(yours, "compute.py", "exec")
+    assert layout_problems(project) == []
     assert ("MetricFamily" in source) == bool(answers.get("custom_metrics"))
-    if "sequence" in answers:
-        assert "def step(" in source and "def compute(" not in source
+    if "sequence" in answers:  # the user's step() in compute.py, the state kept by model.py
+        assert "def step(" in yours and "def compute(" not in yours and "compute.step(" in source
         assert ("self.slots" in source) == (answers["sequence"] == "direct")

@@ -73,7 +73,8 @@ def test_python_backend_reads_the_tag_and_detects_response_parameters(tmp_path, 
     off, on = (min(p.rglob("model.py")).read_text() for p in (off_project, on_project))
     assert "request_tag" not in off and "parameters=" not in off
     assert "request.parameters()" in on and "except TypeError:" in on
-    assert on.count("request_tag(request)") == 2  # defined, and read once per request
+    # defined, checked with the inputs (before the computation) and answered back in the response
+    assert on.count("request_tag(request)") == 3
     compile(on, "model.py", "exec")
     readme = (on_project / "README.md").read_text()
     assert "## Request parameters" in readme and "25.02" in readme and "24.10" in readme
@@ -156,6 +157,8 @@ def test_python_model_answers_the_tag_where_the_backend_can(
     project = render(tmp_path, "python-backend", request_parameters=True, **given)
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stand_in_pb_utils(response_parameters))
     model_py = next(project.rglob("model.py"))
+    monkeypatch.syspath_prepend(str(model_py.parent))  # as the stub does: model.py imports compute.py
+    monkeypatch.delitem(sys.modules, "compute", raising=False)
     spec = importlib.util.spec_from_file_location("rp_model", model_py)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -6,6 +6,7 @@ Jinja loader), whose entries are relative links into _shared/; plain cookiecutte
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -15,6 +16,9 @@ from triton_backend_gen.scaffold import list_templates
 
 SHARED = TEMPLATES / "_shared"
 FAMILY = ["cpp-backend", "decoupled-backend"]
+# The templates' Jinja extension, a Python module: linked from each template's root (where cookiecutter
+# imports it) rather than from its templates/ folder.
+EXTENSION = "local_extensions.py"
 
 
 def test_the_shared_folder_is_not_a_template():
@@ -26,10 +30,18 @@ def test_the_shared_folder_is_not_a_template():
 def test_each_member_links_every_shared_piece(template):
     folder = TEMPLATES / template / "templates"
     links = sorted(folder.iterdir())
-    assert [link.name for link in links] == sorted(path.name for path in SHARED.iterdir())
+    assert [link.name for link in links] == sorted(p.name for p in SHARED.iterdir() if p.name != EXTENSION)
     for link in links:
         assert link.is_symlink() and os.readlink(link) == f"../../_shared/{link.name}", link
         assert link.resolve() == (SHARED / link.name).resolve()
+
+
+@pytest.mark.parametrize("template", [template.name for template in list_templates()])
+def test_each_template_links_the_jinja_extension(template):
+    link = TEMPLATES / template / EXTENSION
+    assert link.is_symlink() and os.readlink(link) == f"../_shared/{EXTENSION}"
+    spec = json.loads((TEMPLATES / template / "cookiecutter.json").read_text())
+    assert spec["_extensions"] == ["local_extensions.TbgenExtension"]
 
 
 @pytest.mark.parametrize(

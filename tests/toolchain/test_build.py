@@ -271,14 +271,14 @@ def test_tbgen_build_cpp_backend(tmp_path, compiler_cache, server_or_skip):
 def test_a_compile_error_names_file_and_line(tmp_path, compiler_cache):
     triton_sources_or_skip("r24.10")
     project = new_project(tmp_path, "cpp-backend")
-    source = project / "src" / "proj.cc"
+    source = project / "src" / "compute.cc"  # the user's file
     lines = source.read_text().splitlines()
     lines.append("this is not C++;")
     source.write_text("\n".join(lines) + "\n")
     result = tbgen("build", str(project))
     assert result.returncode == 1
     message = " ".join(result.stderr.split())
-    assert f"proj.cc:{len(lines)}:" in message and "error" in message
+    assert f"compute.cc:{len(lines)}:" in message and "error" in message
     assert str(project / "build" / cmake.LOG_NAME) in message
 
 

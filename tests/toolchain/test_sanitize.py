@@ -82,7 +82,7 @@ def test_cpp_backend_passes_the_smoke_suite_under_asan_and_ubsan(tmp_path, compi
     needed = (project / "build/sanitize/tbgen-build.log").read_text()
     assert "-fsanitize=address,undefined" in needed
 
-    source = project / "src" / "proj.cc"
+    source = project / "src" / "compute.cc"
     text = source.read_text()
     marker = "  for (size_t i = 0; i < batch_size * a.row_size; ++i) {"
     assert marker in text

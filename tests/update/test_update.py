@@ -26,7 +26,7 @@ def test_a_conflicting_edit_is_marked_listed_and_exits_1_and_nothing_else_is_los
     project = new_project(tmp_path, "cpp-backend")
     cmake = project / "CMakeLists.txt"
     replace_once(cmake, 'set(TRITON_CORE_REPO_TAG "r24.10"', 'set(TRITON_CORE_REPO_TAG "my-fork-24.10"')
-    source = project / "src" / "proj.cc"
+    source = project / "src" / "compute.cc"
     replace_once(source, "difference[i] = a[i] - b[i];", "difference[i] = a[i] - b[i];  // mine")
     commit_all(project)
     result = run_tbgen("update", "--triton-version", "26.02", cwd=project)
@@ -107,11 +107,11 @@ def test_drift_tells_fresh_edited_and_behind_projects_apart(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "as tbgen wrote it" in result.stdout and "up to date" in result.stdout
 
-    replace_once(fresh / "src" / "fresh.cc", "difference[i] = a[i] - b[i];", "difference[i] = b[i] - a[i];")
+    replace_once(fresh / "src" / "compute.cc", "difference[i] = a[i] - b[i];", "difference[i] = b[i] - a[i];")
     (fresh / "README.md").unlink()
     result = run_tbgen("check", "--drift", str(fresh))
     assert result.returncode == 0, result.stdout + result.stderr  # edits are no failure
-    assert "edited by you: src/fresh.cc" in result.stdout and "deleted by you: README.md" in result.stdout
+    assert "edited by you: src/compute.cc" in result.stdout and "deleted by you: README.md" in result.stdout
 
     behind = new_project(tmp_path, "cpp-backend", name="behind")  # 24.10
     result = run_tbgen("check", "--drift", str(behind))
@@ -131,11 +131,11 @@ def test_drift_tells_fresh_edited_and_behind_projects_apart(tmp_path):
 def test_a_project_without_a_record_is_updated_from_its_answers(tmp_path):
     project = new_project(tmp_path, "cpp-backend", "dtype=INT32", "dims=4")
     (project / RECORD_FILE).unlink()
-    replace_once(project / "src" / "proj.cc", "void\nCompute(", "// mine\nvoid\nCompute(")
+    replace_once(project / "src" / "compute.cc", "void\nCompute(", "// mine\nvoid\nCompute(")
     result = run_tbgen("update", "--project", str(project))
     assert result.returncode == 0, result.stderr
     assert "no generation record" in result.stdout
-    assert "// mine" in (project / "src" / "proj.cc").read_text()
+    assert "// mine" in (project / "src" / "compute.cc").read_text()
     assert "INT32" in (project / "model_repository" / "add_sub" / "config.pbtxt").read_text()
     assert release_of(project) == "26.02" and read_record(project).recipe.given["dtype"] == "INT32"
 
@@ -155,7 +155,9 @@ def test_sigint_before_writing_leaves_the_project_as_it_was(tmp_path, monkeypatc
     """In-process: SIGINT while tbgen's side is rendered, or while the merge is planned."""
     project = new_project(tmp_path, "cpp-backend")
     replace_once(
-        project / "src" / "proj.cc", "difference[i] = a[i] - b[i];", "difference[i] = a[i] - b[i];  // mine"
+        project / "src" / "compute.cc",
+        "difference[i] = a[i] - b[i];",
+        "difference[i] = a[i] - b[i];  // mine",
     )
     before = snapshot(project)
     name = "render_recipe" if point == "render" else "plan_update"
@@ -176,7 +178,11 @@ def test_sigint_at_any_moment_leaves_the_project_as_it_was_or_updated(tmp_path):
     """A real `tbgen update` process interrupted at moments spread over its run: each run ends with the
     project byte-for-byte as it was or wholly updated (the signal came after the update), never in between."""
     first = new_project(tmp_path, "cpp-backend", name="first")
-    replace_once(first / "CMakeLists.txt", "SHARED src/first.cc)", "SHARED src/first.cc src/extra.cc)")
+    replace_once(
+        first / "CMakeLists.txt",
+        "src/compute.cc src/tensors.h)",
+        "src/compute.cc src/tensors.h src/extra.cc)",
+    )
     before = snapshot(first)
     start = time.monotonic()
     complete = run_tbgen("update", "--project", str(first))

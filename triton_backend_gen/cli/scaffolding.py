@@ -285,6 +285,12 @@ def check_drift(project: Path, other_options: bool) -> None:
     for label, files in (("edited by you", report.edited), ("deleted by you", report.deleted)):
         if files:
             say(f"{label}: " + ", ".join(files))
+    if report.plumbing:
+        note(
+            "generated plumbing you edited (`tbgen update` keeps the edits by merging them): "
+            + ", ".join(report.plumbing)
+            + "; your own code belongs in your files (README.md says which)"
+        )
     if not report.edited and not report.deleted:
         say("Every generated file is as tbgen wrote it.")
     recorded, shipped = report.template

@@ -40,6 +40,7 @@ from triton_backend_gen.scaffold import (
     render_new_project,
     write_example_model,
 )
+from triton_backend_gen.scaffold.layout import layout_problems
 from triton_backend_gen.scaffold.templates import Template
 from triton_backend_gen.smoke.suite import STUB_CHECK, run_suite
 from triton_backend_gen.toolchain.build import build_kind
@@ -293,6 +294,7 @@ def check_rendered_project(project: Path, template: Template) -> list[str]:
     except TbgenError as err:
         problems.append(str(err))
     problems += [str(f) for f in validate_tree(project, meta) if f.failed]
+    problems += layout_problems(project)
     for file in sorted(p for p in project.rglob("*") if p.is_file()):
         problems += _file_problems(file, file.relative_to(project))
     return problems

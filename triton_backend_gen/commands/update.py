@@ -21,6 +21,7 @@ from triton_backend_gen.errors import UsageError
 from triton_backend_gen.project import Project
 from triton_backend_gen.scaffold import get_template, read_answers_file, read_record, render_recipe
 from triton_backend_gen.scaffold.answers import chosen_answers
+from triton_backend_gen.scaffold.layout import is_generated
 from triton_backend_gen.scaffold.record import Recipe, Record
 from triton_backend_gen.scaffold.update import CONFLICT, Change, Labels, apply_update, plan_update
 
@@ -159,6 +160,7 @@ def update_project(plan: UpdatePlan) -> None:
 @dataclass(frozen=True)
 class Drift:
     edited: list[str]  # generated files the user changed
+    plumbing: list[str]  # those of them that are generated plumbing (their header says so), not the user's
     deleted: list[str]  # generated files the user deleted
     template: tuple[str, str]  # (the version the project was generated with, the version tbgen ships)
     template_changed: list[
@@ -194,8 +196,10 @@ def drift(project: Project) -> Drift:
     again = base if reconstructed else _render(base.recipe, base.carried)  # a reconstructed base is today's
     changed = sorted(p for p in set(base.files) | set(again.files) if base.files.get(p) != again.files.get(p))
     shipped = get_template(project.template).version
+    plumbing = [p for p in edited if is_generated(base.files[p].data.decode(errors="replace"))]
     return Drift(
         sorted(edited),
+        sorted(plumbing),
         sorted(deleted),
         (base.recipe.template_version, shipped),
         changed,

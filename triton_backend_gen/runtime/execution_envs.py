@@ -142,9 +142,9 @@ class ImportFinding:
 
 
 def import_findings(project: Project, available_here: Callable[[str], bool]) -> list[ImportFinding]:
-    """For each python model: the modules its model.py imports that it will not find: in its packed
-    environment when it has one, else where ``available_here`` (tbgen's Python, whose stub the local server
-    runs) looks."""
+    """For each python model: the modules that its model.py and the modules beside it (the user's compute.py)
+    import and it will not find: in its packed environment when it has one, else where ``available_here``
+    (tbgen's Python, whose stub the local server runs) looks."""
     findings = []
     for entry in python_models(project):
         sources = sorted(entry.directory.glob("[0-9]*/model.py"))
@@ -153,7 +153,8 @@ def import_findings(project: Project, available_here: Callable[[str], bool]) -> 
         local = {p.stem for p in sources[0].parent.glob("*.py")} | {
             p.name for p in sources[0].parent.iterdir() if p.is_dir()
         }
-        imports = model_imports(sources[0])
+        # model.py and the user's compute.py beside it (and any module of theirs there) import from the env.
+        imports = set().union(*(model_imports(source) for source in sorted(sources[0].parent.glob("*.py"))))
         tarball = env_file(load_model_config(entry.config_file), entry.directory)
         if tarball is not None and tarball.is_file():
             missing = unsatisfied_imports(imports, read_packed_env(tarball).modules, local)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triton_backend_gen import signature
+from triton_backend_gen import __version__, signature
 from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config import load_model_config
@@ -272,8 +272,8 @@ def _write_bls(root: Path, comp: Composition, references: dict[str, str], top_re
     _write_model(
         root,
         _bls_config(comp, callee),
-        f"BLS model {comp.top}: {_bls_summary(comp)} (1/model.py).",
-        _render(f"{kind}.py.j2", context),
+        f"BLS model {comp.top}: {_bls_summary(comp)} (1/model.py, your logic in 1/compute.py).",
+        _python_model(kind, context, comp),
     )
     _write_new(root / top_reference, _render(f"reference_{kind}.py.j2", context))
     return [model_entries.entry(comp.top, pattern=comp.pattern, reference=top_reference, calls=comp.callees)]
@@ -351,8 +351,8 @@ def _write_ensemble(
         _write_model(
             root,
             _step_config(step, tensors, mapping, core.max_batch_size),
-            f"The {role} step of ensemble {comp.top} (1/model.py).",
-            _render("step.py.j2", context),
+            f"The {role} step of ensemble {comp.top} (1/model.py, your logic in 1/compute.py).",
+            _python_model("step", context, comp),
         )
         _write_new(root / "references" / f"{step}.py", _render("reference_step.py.j2", context))
         references[step] = f"references/{step}.py"
@@ -482,9 +482,26 @@ def _loader_context(references: Mapping[str, str], own: str, needed: tuple[str, 
     return {"paths": {model: references[model] for model in needed}, "depth": own.count("/")}
 
 
+def _python_model(kind: str, context: Mapping[str, Any], comp: Composition) -> dict[str, str]:
+    """A composed Python model's files: model.py, generated plumbing headed as such (tbgen's version, the
+    project's template and its version, as cookiecutter's templates get them), and compute.py, the user's."""
+    template = get_template(comp.template)
+    generated = {
+        "_tbgen_version": __version__,
+        "_tbgen_template": template.name,
+        "_tbgen_template_version": template.version,
+    }
+    context = {**context, "cookiecutter": generated}
+    return {
+        "model.py": _render(f"{kind}.py.j2", context),
+        "compute.py": _render(f"{kind}_compute.py.j2", context),
+    }
+
+
 def _render(name: str, context: Mapping[str, Any]) -> str:
     environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir() / "_patterns"),
+        # _shared/ for the generated files' header (generated_header.j2)
+        loader=jinja2.FileSystemLoader([templates_dir() / "_patterns", templates_dir() / "_shared"]),
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
     )
@@ -492,7 +509,9 @@ def _render(name: str, context: Mapping[str, Any]) -> str:
     return environment.get_template(name).render(**context)
 
 
-def _write_model(root: Path, config: Any, comment: str, model_py: str | None) -> None:
+def _write_model(root: Path, config: Any, comment: str, files: Mapping[str, str] | None) -> None:
+    """Write a composed model's config.pbtxt (headed by ``comment``) and the ``files`` of its version
+    directory (name -> text; None: an ensemble's, empty)."""
     directory = root / "model_repository" / config.name
     head = model_config_pb2.ModelConfig()
     head.CopyFrom(config)
@@ -505,10 +524,10 @@ def _write_model(root: Path, config: Any, comment: str, model_py: str | None) ->
     # name, backend (or platform) and max_batch_size first, as Triton's examples write them
     text = f"# {comment}\n" + text_format.MessageToString(head) + text_format.MessageToString(rest)
     _write_new(directory / "config.pbtxt", text)
-    if model_py is None:
+    if files is None:
         _write_new(directory / "1" / ".gitkeep", "")
-    else:
-        _write_new(directory / "1" / "model.py", model_py)
+    for name, text in (files or {}).items():
+        _write_new(directory / "1" / name, text)
 
 
 def _write_new(path: Path, text: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from triton_backend_gen import __version__
 from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.scaffold.templates import Template
@@ -22,7 +23,9 @@ from triton_backend_gen.signals import raise_received, signals_recorded
 
 cookiecutter_exceptions = lazy_module("cookiecutter.exceptions")
 cookiecutter_generate = lazy_module("cookiecutter.generate")
+cookiecutter_main = lazy_module("cookiecutter.main")
 cookiecutter_prompt = lazy_module("cookiecutter.prompt")
+jinja2 = lazy_module("jinja2")
 
 
 def render_project(
@@ -152,13 +155,19 @@ def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], ou
 
     try:
         context = cookiecutter_generate.generate_context(
-            context_file=str(template.path / "cookiecutter.json"), extra_context=dict(answers)
+            context_file=str(template.path / "cookiecutter.json"),
+            # The version that generated the plumbing, in each generated file's header.
+            extra_context={**answers, "_tbgen_version": __version__},
         )
-        context["cookiecutter"] = cookiecutter_prompt.prompt_for_config(context, no_input=True)
-        project_dir = cookiecutter_generate.generate_files(
-            repo_dir=str(template.path), context=context, output_dir=str(output_dir), accept_hooks=True
-        )
-    except cookiecutter_exceptions.CookiecutterException as err:
+        # The template's Jinja extension (cookiecutter.json's _extensions: local_extensions.py beside it) is
+        # imported from the template's directory, put on sys.path as cookiecutter's main() does.
+        with cookiecutter_main._patch_import_path_for_repo(template.path):
+            context["cookiecutter"] = cookiecutter_prompt.prompt_for_config(context, no_input=True)
+            project_dir = cookiecutter_generate.generate_files(
+                repo_dir=str(template.path), context=context, output_dir=str(output_dir), accept_hooks=True
+            )
+    except (cookiecutter_exceptions.CookiecutterException, jinja2.TemplateError) as err:
+        # (a missing include is a TemplateNotFound, which is also an OSError: caught here, not as one)
         raise ScaffoldError(
             f"Template {template.name} failed to render: {err}", "This is a bug in the template."
         ) from err

@@ -12,6 +12,12 @@ and a new rendering (tbgen's), file by file, and applying it all or nothing.
     tbgen no longer generates it     -> kept (listed: "no longer generated")
     new in the template              -> added ("added"); where a file of yours is already there, merged
                                         with an empty base
+    your logic in a file that is now generated plumbing (an older layout) -> the logic block moved into
+                                        the new file of yours that takes it ("your logic moved here",
+                                        scaffold.moves); the plumbing around it as above
+
+A merged or conflicting file that tbgen generates (its header says so) is an edit of generated plumbing: it
+is kept, and the note names the file of yours where such code belongs.
 
 ``apply_update`` writes the plan and the new record with SIGINT/SIGTERM/SIGHUP only recorded; if one arrives,
 or anything fails, every file is put back as it was before the signal is delivered.
@@ -20,14 +26,17 @@ or anything fails, every file is put back as it was before the signal is deliver
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from triton_backend_gen.errors import ScaffoldError, UsageError
+from triton_backend_gen.scaffold.layout import is_generated
+from triton_backend_gen.scaffold.moves import Move, plan_moves
 from triton_backend_gen.scaffold.record import (
     RECORD_FILE,
     GeneratedFile,
@@ -39,6 +48,9 @@ from triton_backend_gen.scaffold.record import (
 from triton_backend_gen.signals import raise_received, signals_recorded
 
 REPLACED, MERGED, CONFLICT, ADDED = "replaced", "merged", "conflict", "added"
+MOVED = "your logic moved here"
+# A generated file's header names the user's file: "... put your code in src/compute.cc, which is yours."
+_YOURS = re.compile(r"put your code in (\S+), which is yours")
 DELETED_BY_YOU, NO_LONGER_GENERATED = "deleted by you", "no longer generated"
 
 
@@ -64,19 +76,70 @@ def plan_update(
 ) -> list[Change]:
     """What updating the project at ``root`` from ``base`` (as generated) to ``new`` (as tbgen generates it
     now) does to each file; files that stay as they are are left out."""
+    yours = {path: data for path in base if (data := _read(root / path)) is not None}
+    moves = {
+        m.source: m
+        for m in plan_moves(
+            yours,
+            base,
+            new,
+            lambda y, b, t: merge_text(y, b, t, labels),
+            lambda path: (root / path).exists() or (root / path).is_symlink(),
+        )
+    }
+    targets = {m.target: m for m in moves.values()}
     changes = []
     for path in sorted(set(base) | set(new)):
-        change = _plan_file(root / path, path, base.get(path), new.get(path), labels)
+        if path in targets:
+            move = targets[path]
+            action, note = (
+                (CONFLICT, f"{move.conflicts} conflict(s) marked; ") if move.conflicts else (MOVED, "")
+            )
+            changes.append(
+                Change(path, action, GeneratedFile(move.target_data), note + f"from {move.source}")
+            )
+            continue
+        source = moves.get(path)
+        change = _plan_file(
+            root / path, path, base.get(path), new.get(path), labels, source.source_yours if source else None
+        )
         if change is not None:
-            changes.append(change)
+            changes.append(_with_notes(change, source, new.get(path)))
     return changes
 
 
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() and not path.is_symlink() else None
+
+
+def _with_notes(change: Change, move: Move | None, new: GeneratedFile | None) -> Change:
+    """``change`` with what a person must know: where its logic went; that an edit of a generated file was
+    kept, and where such code belongs."""
+    notes = [change.note] if change.note else []
+    if move is not None:
+        notes.append(f"your logic moved to {move.target}")
+    if change.action in (MERGED, CONFLICT) and new is not None:
+        text = new.data.decode(errors="replace")
+        if is_generated(text):
+            found = _YOURS.search(text)
+            notes.append(
+                "your edit of a generated file, kept"
+                + (f"; your code belongs in {found.group(1)}" if found else "")
+            )
+    return replace(change, note="; ".join(notes))
+
+
 def _plan_file(
-    current: Path, path: str, base: GeneratedFile | None, new: GeneratedFile | None, labels: Labels
+    current: Path,
+    path: str,
+    base: GeneratedFile | None,
+    new: GeneratedFile | None,
+    labels: Labels,
+    yours: bytes | None = None,
 ) -> Change | None:
-    """What updating does to the file at ``current`` (``path`` relative to the root); None: nothing."""
-    yours = current.read_bytes() if current.is_file() and not current.is_symlink() else None
+    """What updating does to the file at ``current`` (``path`` relative to the root; ``yours``: its content
+    when not the file's own, i.e. with its logic moved out); None: nothing."""
+    yours = yours if yours is not None else _read(current)
     if new is None:
         return _plan_no_longer_generated(path, yours, base)
     if yours is None:

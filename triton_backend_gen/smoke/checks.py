@@ -279,13 +279,29 @@ def _check_concurrent(spec: ModelSpec, reference: ModuleType, protocol: str, end
 # ---- Checks: decoupled models over gRPC streaming -------------------------------------------------------
 
 
-def _assert_final_flag_last(results: list, context: str) -> None:
-    """The last of one request's results, and only the last, is flagged final."""
+def _has_data(spec: ModelSpec, result: Any) -> bool:
+    """Whether a stream's result carries outputs (else it is the final flag alone, an empty response)."""
+    return any(result.as_numpy(t.name) is not None for t in spec.outputs)
+
+
+def _assert_final_flag_last(spec: ModelSpec, reference: ModuleType, results: list, context: str) -> None:
+    """The last of one request's results, and only the last, is flagged final; when the reference says that
+    the final flag comes with the last response (FINAL_WITH_LAST_RESPONSE), it comes alone only to a request
+    that streamed no data."""
     if not results or not is_final(results[-1]):
         raise AssertionError(f"{context}: the stream ended without a response flagged final")
     early_final = [i for i, r in enumerate(results[:-1]) if is_final(r)]
     if early_final:
         raise AssertionError(f"{context}: response {early_final[0]} is flagged final before the stream ended")
+    if (
+        getattr(reference, "FINAL_WITH_LAST_RESPONSE", False)
+        and len(results) > 1
+        and not _has_data(spec, results[-1])
+    ):
+        raise AssertionError(
+            f"{context}: the final flag came alone after {len(results) - 1} responses; reference.py's "
+            "FINAL_WITH_LAST_RESPONSE says the last response carries it (send it with the last one)"
+        )
 
 
 def _assert_stream_matches(
@@ -293,10 +309,10 @@ def _assert_stream_matches(
 ) -> None:
     """The results of one request equal reference.responses(), in order, and the last one is flagged final."""
     expected = reference.responses(inputs)
-    _assert_final_flag_last(results, context)
+    _assert_final_flag_last(spec, reference, results, context)
     # A final flag may come on an empty response of its own (TRITONSERVER_RESPONSE_COMPLETE_FINAL sent without
     # a response): only the responses carrying outputs are compared.
-    data = [r for r in results if any(r.as_numpy(t.name) is not None for t in spec.outputs)]
+    data = [r for r in results if _has_data(spec, r)]
     if len(data) != len(expected):
         raise AssertionError(
             f"{context}: {len(data)} responses with data, reference.responses gives {len(expected)}"
@@ -314,8 +330,27 @@ def _check_stream(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) 
             stream.send(spec, inputs, request_id=f"seed{seed}")
             results = stream.collect([f"seed{seed}"])[f"seed{seed}"]
             _assert_stream_matches(spec, reference, results, inputs, f"seed {seed}")
-            counts.append(len(results) - 1)
-    return f"responses {counts} in order, then the final flag"
+            counts.append(sum(1 for r in results if _has_data(spec, r)))
+    alone = not _has_data(spec, results[-1])
+    return f"responses {counts} in order, the final flag {'alone after them' if alone else 'with the last'}"
+
+
+def _check_stream_without_responses(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
+    """A request that streams no response (reference.no_response_inputs) gets the final flag alone."""
+    inputs = reference.no_response_inputs(spec.batch_sizes[0])
+    expected = reference.responses(inputs)
+    if expected:
+        raise AssertionError(
+            f"reference.no_response_inputs() makes a request that reference.responses() answers with "
+            f"{len(expected)} responses: make it stream none, or remove it"
+        )
+    with Stream(endpoints) as stream:
+        stream.send(spec, inputs, request_id="none")
+        results = stream.collect(["none"])["none"]
+    _assert_stream_matches(spec, reference, results, inputs, "a request without responses")
+    if len(results) != 1:
+        raise AssertionError(f"{len(results)} results to a request without responses: only the final flag")
+    return "no response, the final flag alone"
 
 
 def _check_stream_many_requests(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
@@ -503,6 +538,15 @@ def _plan_stream_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeChe
         SmokeCheck("concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference)),
         SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
     ]
+    # Optional in reference.py (references written before it existed lack it; None: the signature allows no
+    # such request).
+    no_responses = getattr(reference, "no_response_inputs", None)
+    if no_responses is not None and no_responses(spec.batch_sizes[0]) is not None:
+        plan.append(
+            SmokeCheck(
+                "request without responses", "grpc", partial(_check_stream_without_responses, spec, reference)
+            )
+        )
     for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
         plan.append(
             SmokeCheck(

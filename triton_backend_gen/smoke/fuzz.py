@@ -136,7 +136,7 @@ def plan_fuzz(
 
 def _plan_case(index: int, spec: ModelSpec, reference: ModuleType, rng: random.Random, seed: int) -> FuzzCase:
     """Case ``index``, for one model: a kind that applies to it and a protocol, drawn by weight; its seed."""
-    kinds = [k for k in FUZZ_KINDS if _kind_applies(k, spec)]
+    kinds = [k for k in FUZZ_KINDS if _kind_applies(k, spec, reference)]
     kind = rng.choices(kinds, weights=[FUZZ_KINDS[k][0] for k in kinds])[0]
     protocols = FUZZ_KINDS[kind][1]
     # HTTP refuses every inference request to a decoupled model up front: send it a quarter only.
@@ -145,15 +145,15 @@ def _plan_case(index: int, spec: ModelSpec, reference: ModuleType, rng: random.R
     return FuzzCase(index, kind, protocol, rng.randrange(2**31), seed, spec, reference)
 
 
-def _kind_applies(kind: str, spec: ModelSpec) -> bool:
+def _kind_applies(kind: str, spec: ModelSpec, reference: ModuleType) -> bool:
     if kind == "sequence controls":
         return spec.sequence is not None
     if kind == "batch too large":
         return spec.max_batch_size > 0
     if kind == "garbage values":
-        return (
-            not spec.decoupled
-        )  # a decoupled model's inputs may say how long to stream: random ones can hang
+        # A decoupled model's inputs may say how long to stream (the repeat example's DELAY): random ones
+        # can hang, unless its reference bounds its streams (MAX_RESPONSES, the placeholder's).
+        return not spec.decoupled or hasattr(reference, "MAX_RESPONSES")
     return True
 
 

@@ -522,10 +522,11 @@ def _answers(
     wires: list[_Wire],
     request_id: str,
     sequence: SequenceParameters | None = None,
+    final_with_last: bool = False,
 ) -> list[dict[str, np.ndarray]]:
     """Send one request to the model (with ``sequence`` as its sequence parameters): the outputs of each
     response with data (a decoupled model's over a gRPC stream; one otherwise). _Refused when the server
-    refuses it."""
+    refuses it; with ``final_with_last``, AssertionError when a stream's final flag comes alone after data."""
     if protocol == "http":
         status, body, headers = _http_post(
             endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence)
@@ -538,6 +539,11 @@ def _answers(
         outcome, responses = _grpc_stream_once(endpoints, request)
         if outcome != "ok":
             raise _Refused(outcome)
+        if final_with_last and len(responses) > 1 and not responses[-1].outputs:
+            raise AssertionError(
+                f"the final flag came alone after {len(responses) - 1} responses; reference.py's "
+                "FINAL_WITH_LAST_RESPONSE says the last response carries it"
+            )
         return [_decode_grpc_outputs(r, tritonutils.triton_to_np_dtype) for r in responses if r.outputs]
     channel, stub = _grpc_stub(endpoints)
     try:
@@ -560,8 +566,9 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
     wires = _wire_from_arrays(inputs, spec)
     if spec.decoupled and protocol == "http":  # refused by design: HTTP does not serve decoupled models
         return send_wire("http", endpoints, spec.name, wires, spec, decoupled=True)
+    final_with_last = getattr(reference, "FINAL_WITH_LAST_RESPONSE", False)
     try:
-        answers = _answers(protocol, endpoints, spec, wires, "valid")
+        answers = _answers(protocol, endpoints, spec, wires, "valid", final_with_last=final_with_last)
     except _Refused as err:
         raise AssertionError(f"a valid request was refused: {err}") from None
     if not spec.decoupled:

@@ -1,20 +1,16 @@
-{%- import "family.j2" as family with context -%}
-{%- if family.pattern == 'bls' -%}
+{#- cpp-backend's reference.py: the BLS router's (pattern=bls) here, every other
+    model's in reference.py.j2. -#}
+{%- if cookiecutter.pattern == 'bls' -%}
 {%- import "signature.j2" as sig with context -%}
-{%- set callees = cookiecutter.callees.split(',')|map('trim')|select|list -%}
-{%- set mbs = cookiecutter.max_batch_size|int -%}
-{%- set floats = sig.outputs|map(attribute='datatype')|list -%}
-{%- macro pytuple(dims) -%}({{ dims|join(', ') }}{{ ',' if dims|length == 1 else '' }}){%- endmacro -%}
 """numpy reference of model "{{ cookiecutter.model_name }}", a BLS router: what the served model must answer.
 
-Each request names a model in its {{ cookiecutter.selector }} input ({% if mbs > 0 %}[batch, 1]: the first row names the model of the
-whole request{% else %}[1]{% endif %}) and is answered with what that model answers for the other inputs. So compute()
+Each request names a model in its {{ cookiecutter.selector }} input ({{ '[batch, 1]: the first row names the model of the\nwhole request' if cookiecutter.max_batch_size|int > 0 else '[1]' }}) and is answered with what that model answers for the other inputs. So compute()
 hands the inputs to the named model's own reference, references/<model>.py (loaded from there on first
 use: edit a callee's reference and this one follows), and make_inputs() makes a request for one of
 CALLEES, chosen by the seed.
 
 tests/ and `tbgen test` send make_inputs() to the server and compare its outputs with compute(), within
-TOLERANCE for floating-point outputs. When you change the routing in src/{{ cookiecutter.backend_name }}.cc, change
+TOLERANCE for floating-point outputs. When you change the routing (Route in src/compute.cc), change
 compute() here to match.
 """
 
@@ -28,35 +24,25 @@ from types import ModuleType
 import numpy as np
 
 SELECTOR = "{{ cookiecutter.selector }}"
-CALLEES = ({% for c in callees %}"{{ c }}"{{ ', ' if not loop.last else (',' if loop.length == 1 else '') }}{% endfor %})  # the models make_inputs names, in turn by seed
-MAX_BATCH_SIZE = {{ mbs }}
+CALLEES = {{ cookiecutter.callees|split_names|pytuple }}  # the models make_inputs names, in turn by seed
+MAX_BATCH_SIZE = {{ cookiecutter.max_batch_size|int }}
 # name: (datatype, dims without the batch dimension (-1 = any size), optional), as config.pbtxt declares them
 INPUTS = {
     SELECTOR: ("BYTES", (1,), False),
 {%- for t in sig.inputs %}
-    "{{ t.name }}": ("{{ t.datatype }}", {{ pytuple(t.dims) }}, {{ 'True' if t.optional else 'False' }}),
+    "{{ t.name }}": ("{{ t.datatype }}", {{ t.dims|pytuple }}, {{ t.optional }}),
 {%- endfor %}
 }
 OUTPUTS = {
 {%- for t in sig.outputs %}
-    "{{ t.name }}": ("{{ t.datatype }}", {{ pytuple(t.dims) }}),
+    "{{ t.name }}": ("{{ t.datatype }}", {{ t.dims|pytuple }}),
 {%- endfor %}
 }
 {%- if sig.add_sub %}
 INPUT0, INPUT1 = "{{ sig.inputs[0].name }}", "{{ sig.inputs[1].name }}"
 OUTPUT0, OUTPUT1 = "{{ sig.outputs[0].name }}", "{{ sig.outputs[1].name }}"
 {%- endif %}
-{%- if 'BF16' in floats %}
-TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}  # bfloat16 keeps 8 significant bits
-{%- elif 'FP16' in floats %}
-TOLERANCE = {"rtol": 2e-3, "atol": 1e-3}
-{%- elif 'FP32' in floats %}
-TOLERANCE = {"rtol": 1e-6, "atol": 1e-6}
-{%- elif 'FP64' in floats %}
-TOLERANCE = {"rtol": 1e-12, "atol": 1e-12}
-{%- else %}
-TOLERANCE = {"rtol": 0, "atol": 0}  # compared exactly
-{%- endif %}
+TOLERANCE = {{ tolerance(sig.outputs) }}
 REFERENCES = Path(__file__).resolve().parent / "references"
 
 

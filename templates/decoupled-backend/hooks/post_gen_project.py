@@ -10,8 +10,8 @@ VERSION_DIR = Path("model_repository") / "{{ cookiecutter.model_name }}" / "1"
 ONLY_FOR = {
     # The C++ backend: its build files and sources; the version directory holds no model file.
     "cpp": ["CMakeLists.txt", "CMakePresets.json", "cmake", "src", "third_party", str(VERSION_DIR / ".gitkeep")],
-    # The decoupled Python model, served by the stock python backend.
-    "python": [str(VERSION_DIR / "model.py")],
+    # The decoupled Python model (plumbing and your compute.py), served by the stock python backend.
+    "python": [str(VERSION_DIR / "model.py"), str(VERSION_DIR / "compute.py")],
 }
 
 for language, paths in ONLY_FOR.items():

@@ -33,6 +33,11 @@ def make_inputs(batch_size: int | None = None, seed: int = 0) -> dict[str, np.nd
     }
 
 
+def no_response_inputs(batch_size: int | None = None) -> dict[str, np.ndarray]:
+    """A request that streams no response (an empty IN): the model sends the final flag alone."""
+    return {**make_inputs(batch_size), "IN": np.zeros(0, dtype=np.int32), "DELAY": np.zeros(0, dtype=np.uint32)}
+
+
 def responses(inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     """The non-final responses the model sends for ``inputs``, in order."""
     values = np.asarray(inputs["IN"], dtype=np.int32).reshape(-1)

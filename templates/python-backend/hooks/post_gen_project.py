@@ -11,8 +11,8 @@ VERSION_DIR = Path("model_repository/{{ cookiecutter.model_name }}/1")
 NATIVE_ONLY = [Path("native")]
 # The reusable backend (and an otherwise empty version directory), only with python_based_backend=true.
 PYTHON_BASED_BACKEND_ONLY = [Path("backends"), VERSION_DIR / ".gitkeep"]
-# The model for the stock python backend, only with python_based_backend=false.
-STOCK_PYTHON_BACKEND_ONLY = [VERSION_DIR / "model.py"]
+# model.py and compute.py for the stock python backend, only with python_based_backend=false.
+STOCK_PYTHON_BACKEND_ONLY = [VERSION_DIR / "model.py", VERSION_DIR / "compute.py"]
 
 
 def remove(paths):

@@ -1,13 +1,9 @@
 {%- import "kernel.j2" as kernel with context -%}
 {%- import "cpp_names.j2" as cpp with context -%}
 {%- if kernel.add_sub -%}
-{%- set ctype = {'FP32': 'float', 'FP16': 'uint16_t', 'INT32': 'int32_t', 'INT64': 'int64_t'}[cookiecutter.dtype] -%}
-{%- set device_type = {'FP32': 'float', 'FP16': '__half', 'INT32': 'int32_t', 'INT64': 'int64_t'}[cookiecutter.dtype] -%}
-{%- if cookiecutter.dtype == 'FP16' %}
-#include <cuda_fp16.h>
-
-{% endif -%}
-#include <algorithm>
+{#- The element type of the host's pointers, and of the device code (FP16 as __half). -#}
+{%- set ctype, device_type = {'FP32': ('float', 'float'), 'FP16': ('uint16_t', '__half'), 'INT32': ('int32_t', 'int32_t'), 'INT64': ('int64_t', 'int64_t')}[cookiecutter.dtype] -%}
+{{ '#include <cuda_fp16.h>\n\n' if device_type == '__half' else '' }}#include <algorithm>
 
 #include "kernels.h"
 
@@ -16,7 +12,7 @@ namespace triton { namespace backend { namespace {{ cookiecutter.backend_name }}
 //
 // ============================ YOUR LOGIC (GPU) ==============================
 // One grid-stride loop over the elements; keep it in step with
-// Compute() in {{ cookiecutter.backend_name }}.cc, which serves KIND_CPU instances.
+// Compute() in src/compute.cc, which serves KIND_CPU instances.
 //
 __global__ void
 {{ cpp.call(0, 'AddSubKernel', ['const ' ~ device_type ~ '* __restrict__ input0', 'const ' ~ device_type ~ '* __restrict__ input1', device_type ~ '* __restrict__ output0', device_type ~ '* __restrict__ output1', 'const size_t count'], '') }}
@@ -24,7 +20,7 @@ __global__ void
   const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < count; i += stride) {
-{%- if cookiecutter.dtype == 'FP16' %}
+{%- if device_type == '__half' %}
     // Computed in float and rounded once, like the CPU path.
     const float a = __half2float(input0[i]);
     const float b = __half2float(input1[i]);
@@ -47,15 +43,10 @@ cudaError_t
   constexpr size_t kThreads = 256;
   constexpr size_t kMaxBlocks = 4096;  // the grid-stride loop covers the rest
   const size_t blocks = std::min((count + kThreads - 1) / kThreads, kMaxBlocks);
-  AddSubKernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(
-{%- if cookiecutter.dtype == 'FP16' %}
-      reinterpret_cast<const __half*>(input0),
-      reinterpret_cast<const __half*>(input1),
-      reinterpret_cast<__half*>(output0), reinterpret_cast<__half*>(output1),
-      count);
-{%- else %}
-      input0, input1, output0, output1, count);
-{%- endif %}
+{{ cpp.call(2, 'AddSubKernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>',
+    ['reinterpret_cast<const __half*>(input0)', 'reinterpret_cast<const __half*>(input1)',
+     'reinterpret_cast<__half*>(output0)', 'reinterpret_cast<__half*>(output1)', 'count']
+    if device_type == '__half' else ['input0', 'input1', 'output0', 'output1', 'count']) }}
   return cudaGetLastError();
 }
 

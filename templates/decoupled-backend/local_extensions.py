@@ -1,0 +1,1 @@
+../_shared/local_extensions.py

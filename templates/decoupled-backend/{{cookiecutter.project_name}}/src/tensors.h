@@ -1,0 +1,1 @@
+{% include "tensors.h.j2" %}

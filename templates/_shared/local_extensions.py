@@ -315,8 +315,9 @@ class TbgenExtension(Extension):
             config_tensors=config_tensors,
             corrid_type=corrid_type,
             auto_completed=auto_completed,
+            tolerance=tolerance,
+            torch_forward=torch_forward,
         )
-        environment.globals.update(tolerance=tolerance, torch_forward=torch_forward)
         environment.filters.update(
             split_names=split_names,
             pytuple=pytuple,

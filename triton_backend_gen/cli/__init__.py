@@ -4,6 +4,7 @@ function and print the result (cli.output); shared options live in cli.options.
     scaffolding   new, add model, add library, remove model, update, check --drift
     building      build, check, validate
     running       serve, test, infer, bench
+    developing    dev (serve, watch, verify every save)
     shipping      env pack, package, deploy helm|manifests|check|local
     housekeeping  doctor, deps fetch|add|list, clean, versions, templates list|check
 
@@ -12,7 +13,14 @@ tritonclient, grpc, protobuf, numpy, cookiecutter) are imported where they are f
 triton_backend_gen.lazy, so that `tbgen --help` starts at once.
 """
 
-from triton_backend_gen.cli import building, housekeeping, running, scaffolding, shipping  # noqa: F401 - register
+from triton_backend_gen.cli import (  # noqa: F401 - register
+    building,
+    developing,
+    housekeeping,
+    running,
+    scaffolding,
+    shipping,
+)
 from triton_backend_gen.cli.app import app
 
 

@@ -27,6 +27,7 @@ from triton_backend_gen.cli.output import (
     Column,
     console,
     on_terminal,
+    path_argument,
     print_notes,
     records,
     say,
@@ -36,12 +37,19 @@ from triton_backend_gen.cli.output import (
 )
 from triton_backend_gen.commands.bench import run_bench
 from triton_backend_gen.commands.infer import Sequencing, infer_once
-from triton_backend_gen.commands.test import run_project_tests
+from triton_backend_gen.commands.test import (
+    check_unit_options,
+    check_url_options,
+    run_project_tests,
+    run_project_unit_tests,
+)
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.perf.stats import BenchReport, compare, parse_concurrency, parse_duration
 from triton_backend_gen.project import Project, load_project, load_project_or_none
 from triton_backend_gen.runtime import start_server
+from triton_backend_gen.runtime.control_mode import POLL_SECONDS, control_mode_args
+from triton_backend_gen.runtime.remote import parse_server_address
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, write_junit_xml
 from triton_backend_gen.smoke.suite import SuiteProgress
@@ -69,6 +77,14 @@ def serve(
             "--model", "-m", help="Load only this model and the models it calls (tbgen.toml's calls)."
         ),
     ] = None,
+    model_control_mode: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model-control-mode",
+            help="explicit (the default for a project: the repository API loads and reloads models), poll "
+            "(reload what changes on disk, every second) or none (the default for a bare model repository).",
+        ),
+    ] = None,
 ) -> None:
     """Start Triton on the project's model repository until Ctrl-C."""
     with user_errors(), stop_on_signals():
@@ -79,6 +95,9 @@ def serve(
                 "--model picks a model of a tbgen project.", "Run it in a project, or drop --model."
             )
         only = target.needed_by(target.model(model).name) if model is not None else []
+        mode, control_args = control_mode_args(
+            model_control_mode, project=isinstance(target, Project), only=only
+        )
         triton = start_server(
             target,
             server=server,
@@ -91,12 +110,11 @@ def serve(
             image=image,
             gpu=gpu,
             instance_kind=instance_kind_option(instance_kind),
-            extra_args=("--model-control-mode=explicit", *(f"--load-model={name}" for name in only))
-            if only
-            else (),
+            extra_args=control_args,
         )
         with triton:
             _print_server(triton, target if isinstance(target, Project) else None, verbose)
+            _print_model_control(triton, target if isinstance(target, Project) else None, mode, model)
             say("Serving; press Ctrl-C to stop.")
             _wait_while_running(triton, follow_log=verbose)
     say("Server stopped.")
@@ -118,6 +136,25 @@ def _wait_while_running(triton, follow_log: bool) -> None:
         "tritonserver exited on its own.",
         "Its log:\n" + "\n".join(triton.relevant_log_lines()) + f"\nFull log: {triton.log_file}",
     )
+
+
+def _print_model_control(triton, project: Project | None, mode: str, model: str | None) -> None:
+    """What the model control mode lets the user do, and the command that tests this server."""
+    first = next((state.name for state in triton.model_states()), "")
+    say(
+        {
+            "explicit": "Model control: explicit (the repository API loads and reloads models: "
+            f"`curl -X POST http://{triton.http_url}/v2/repository/models/{first}/load`).",
+            "poll": f"Model control: poll (the server reloads what changes on disk every {POLL_SECONDS} s).",
+            "none": "Model control: none (the models stay as loaded at start).",
+        }[mode]
+    )
+    if project is not None and not triton.notes:  # a run copy (--instance-kind) serves other configs
+        argument = path_argument(project) + (f" --model {model}" if model else "")
+        say(
+            f"Test it from another terminal: `tbgen test{argument} --url "
+            f"{triton.http_url},{triton.grpc_url},{triton.metrics_url}`"
+        )
 
 
 def _print_server(triton, project: Project | None, verbose: bool) -> None:
@@ -176,35 +213,79 @@ def test_(
         Optional[str],
         typer.Option("--model", "-m", help="Test this model only (default: every model tbgen.toml lists)."),
     ] = None,
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Test a running server (HTTP host:port; gRPC on the next port, or give HTTP,GRPC or "
+            "HTTP,GRPC,METRICS): nothing built or started; the models are loaded there where it allows.",
+        ),
+    ] = None,
+    unit: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--unit/--no-unit",
+            help="--unit: only the project's unit tests (each model's computation against reference.py, no "
+            "server); --no-unit: skip them (by default they run after the build, before the server starts; "
+            "not with --docker, as they run on this machine).",
+        ),
+    ] = None,
     quiet: QuietOption = False,
     verbose: VerboseNotesOption = False,
 ) -> None:
-    """Start a real Triton, load the project's backend and run the smoke suite against it."""
+    """Build, run the project's unit tests, start a real Triton, load the project's backend and run the smoke
+    suite against it."""
     with user_errors():
-        check_docker_options(docker, image, gpu)
+        _check_test_flags(
+            url=url,
+            unit=unit,
+            sanitize=parse_sanitizers(sanitize),
+            docker=docker,
+            image=image,
+            gpu=gpu,
+            packaged=packaged,
+            instance_kind=instance_kind_option(instance_kind),
+            server=server,
+            fuzz=fuzz,
+        )
         if packaged and not (docker and image):
             raise UsageError(
                 "--packaged tests an image made by `tbgen package`.", "Add --docker --image TAG."
             )
-        sanitizers = parse_sanitizers(sanitize)
-        kind = instance_kind_option(instance_kind)
         loaded = load_project(project)
         with TestProgress(quiet) as shown:
-            report = run_project_tests(
-                loaded,
-                server=server,
-                fuzz=fuzz,
-                seed=seed,
-                sanitize=sanitizers,
-                docker=docker,
-                image=image,
-                gpu=gpu,
-                packaged=packaged,
-                instance_kind=kind,
-                model=model,
-                progress=shown,
+            report = (
+                run_project_unit_tests(loaded, model, shown)
+                if unit
+                else run_project_tests(
+                    loaded,
+                    server=server,
+                    fuzz=fuzz,
+                    seed=seed,
+                    sanitize=parse_sanitizers(sanitize),
+                    docker=docker,
+                    image=image,
+                    gpu=gpu,
+                    packaged=packaged,
+                    instance_kind=instance_kind_option(instance_kind),
+                    model=model,
+                    url=url,
+                    unit=unit is None,
+                    progress=shown,
+                )
             )
     report_tests(report, junit_xml, quiet=quiet, verbose=verbose, streamed=True)
+
+
+def _check_test_flags(*, url: str | None, unit: bool | None, fuzz: int, **server_options) -> None:
+    """UsageError for flags that cannot go with --url or --unit (before --image's or --gpu's own checks, so
+    that the error names the flag that rules the others out)."""
+    if url is not None:
+        check_url_options(unit=bool(unit), **server_options)
+        parse_server_address(url)  # a --url that is no address: said before anything else is read
+    if unit:
+        check_unit_options(fuzz=fuzz, **server_options)
+    check_docker_options(server_options["docker"], server_options["image"], server_options["gpu"])
 
 
 class TestProgress(SuiteProgress):
@@ -290,8 +371,13 @@ def report_tests(
         if not quiet:
             say(f"JUnit XML: {junit_xml}")
     failed = sum(not r.passed for r in report.results)
+    where = (
+        f"server log: {report.log_file}"
+        if report.log_file is not None
+        else report.server or "unit tests only: no server started"
+    )
     say(
-        f"{len(report.results) - failed} passed, {failed} failed  (server log: {report.log_file})",
+        f"{len(report.results) - failed} passed, {failed} failed  ({where})",
         style="red" if failed else "green",
     )
     raise typer.Exit(1 if failed or not report.results else 0)
@@ -311,7 +397,8 @@ def _print_results(report, *, quiet: bool, streamed: bool) -> None:
 def _result_table(report, shown: list) -> None:
     """The results on a terminal: one row per check, failures in red."""
     records(
-        f"{report.project.name}: smoke tests against {report.server}",
+        f"{report.project.name}: "
+        + (f"smoke tests against {report.server}" if report.server else "unit tests (no server)"),
         [
             Column("check"),
             Column("protocol"),

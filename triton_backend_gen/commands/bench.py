@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from triton_backend_gen.errors import ServerError, UsageError
+from triton_backend_gen.errors import ServerError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.perf import BenchReport, plan_bench
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime import prepare_server
+from triton_backend_gen.runtime.remote import parse_url
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.toolchain.ensure_built import ensure_built
 
@@ -54,15 +55,3 @@ def run_bench(
         return bench.measure(
             triton.http_url, triton.grpc_url, triton.pid, triton.describe(), concurrency, seconds, progress
         )
-
-
-def parse_url(url: str) -> tuple[str, str]:
-    """(HTTP, gRPC) host:port from ``--url`` ("host:port", gRPC on the next port, or "http,grpc")."""
-    http_url, _, grpc_url = url.partition(",")
-    host, _, port = http_url.rpartition(":")
-    if not host or not port.isdigit() or (grpc_url and not grpc_url.rpartition(":")[2].isdigit()):
-        raise UsageError(
-            f"--url {url!r} is not HOST:PORT (or HTTP_HOST:PORT,GRPC_HOST:PORT).",
-            "Example: --url 127.0.0.1:8000",
-        )
-    return http_url, grpc_url or f"{host}:{int(port) + 1}"

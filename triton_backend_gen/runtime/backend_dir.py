@@ -44,6 +44,9 @@ class BackendLayout:
         env = dict(os.environ if base is None else base)
         env["LD_LIBRARY_PATH"] = _prepend(self.library_path, env.get("LD_LIBRARY_PATH"))
         env["PATH"] = _prepend(self.path_prefix, env.get("PATH"))
+        # The python stub would write __pycache__ into a model's version directory, which Triton then takes
+        # for a change of the model: the next load request (tbgen dev, test --url) reloads it for nothing.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.update(sanitizer_environment(self.sanitizer_runtimes))
         return env
 

@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triton_backend_gen import __version__, signature
+from triton_backend_gen import signature
 from triton_backend_gen.errors import ScaffoldError, UsageError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config import load_model_config
 from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import model_entries, naming
 from triton_backend_gen.scaffold.answers import resolve_answers
-from triton_backend_gen.scaffold.render import render_into
+from triton_backend_gen.scaffold.render import render_into, template_context
 from triton_backend_gen.scaffold.templates import Template, get_template, templates_dir
 
 jinja2 = lazy_module("jinja2")
@@ -484,14 +484,9 @@ def _loader_context(references: Mapping[str, str], own: str, needed: tuple[str, 
 
 def _python_model(kind: str, context: Mapping[str, Any], comp: Composition) -> dict[str, str]:
     """A composed Python model's files: model.py, generated plumbing headed as such (tbgen's version, the
-    project's template and its version, as cookiecutter's templates get them), and compute.py, the user's."""
-    template = get_template(comp.template)
-    generated = {
-        "_tbgen_version": __version__,
-        "_tbgen_template": template.name,
-        "_tbgen_template_version": template.version,
-    }
-    context = {**context, "cookiecutter": generated}
+    project's template and its version, from the context the template's own files are rendered with), and
+    compute.py, the user's."""
+    context = {**context, "cookiecutter": template_context(get_template(comp.template), {})["cookiecutter"]}
     return {
         "model.py": _render(f"{kind}.py.j2", context),
         "compute.py": _render(f"{kind}_compute.py.j2", context),

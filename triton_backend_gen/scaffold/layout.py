@@ -56,6 +56,7 @@ def layout_problems(project: Path) -> list[str]:
     """How the project breaks the rules of its two kinds of source (empty when it keeps them)."""
     problems = []
     user_lines = 0
+    users: list[str] = []  # the user's files, named as they are read
     for path in source_files(project):
         rel = path.relative_to(project)
         text = path.read_text(errors="replace")
@@ -70,11 +71,11 @@ def layout_problems(project: Path) -> list[str]:
             continue
         if GENERATED_MARK in text.lower():
             problems.append(f"{rel}: says {GENERATED_MARK!r} below its first {HEADER_LINES} lines")
+        users.append(str(rel))
         user_lines += len(non_blank_lines(text))
     if user_lines > USER_LINES_LIMIT:
-        names = ", ".join(str(p.relative_to(project)) for p in user_files(project))
         problems.append(
-            f"the user's files ({names}) have {user_lines} non-blank lines together, "
+            f"the user's files ({', '.join(users)}) have {user_lines} non-blank lines together, "
             f"at most {USER_LINES_LIMIT}"
         )
     return problems

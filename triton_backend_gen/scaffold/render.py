@@ -149,16 +149,23 @@ def render_into(template: Template, answers: Mapping[str, Any], output_dir: Path
     return _render_with_cookiecutter(template, answers, output_dir)
 
 
+def template_context(template: Template, answers: Mapping[str, Any]) -> dict[str, Any]:
+    """The context ``template``'s files are rendered with, before cookiecutter's prompts: cookiecutter.json
+    (the template's name and version, its Jinja extensions) with ``answers`` over it, and the version of the
+    tbgen that renders. Generated plumbing's header (generated_header.j2) names these versions; a composed
+    model's files (scaffold.compose) take them from here too."""
+    return cookiecutter_generate.generate_context(
+        context_file=str(template.path / "cookiecutter.json"),
+        extra_context={**answers, "_tbgen_version": __version__},
+    )
+
+
 def _render_with_cookiecutter(template: Template, answers: Mapping[str, Any], output_dir: Path) -> Path:
     # cookiecutter's building blocks rather than cookiecutter(): no replay file in the user's home, and the
     # answers are already validated.
 
     try:
-        context = cookiecutter_generate.generate_context(
-            context_file=str(template.path / "cookiecutter.json"),
-            # The version that generated the plumbing, in each generated file's header.
-            extra_context={**answers, "_tbgen_version": __version__},
-        )
+        context = template_context(template, answers)
         # The template's Jinja extension (cookiecutter.json's _extensions: local_extensions.py beside it) is
         # imported from the template's directory, put on sys.path as cookiecutter's main() does.
         with cookiecutter_main._patch_import_path_for_repo(template.path):

@@ -76,7 +76,9 @@ def plan_update(
 ) -> list[Change]:
     """What updating the project at ``root`` from ``base`` (as generated) to ``new`` (as tbgen generates it
     now) does to each file; files that stay as they are are left out."""
-    yours = {path: data for path in base if (data := _read(root / path)) is not None}
+    paths = sorted(set(base) | set(new))
+    on_disk = {path: _read(root / path) for path in paths}  # each file read once
+    yours = {path: data for path in base if (data := on_disk[path]) is not None}
     moves = {
         m.source: m
         for m in plan_moves(
@@ -89,7 +91,7 @@ def plan_update(
     }
     targets = {m.target: m for m in moves.values()}
     changes = []
-    for path in sorted(set(base) | set(new)):
+    for path in paths:
         if path in targets:
             move = targets[path]
             action, note = (
@@ -100,9 +102,8 @@ def plan_update(
             )
             continue
         source = moves.get(path)
-        change = _plan_file(
-            root / path, path, base.get(path), new.get(path), labels, source.source_yours if source else None
-        )
+        data = source.source_yours if source else on_disk[path]
+        change = _plan_file(root / path, path, base.get(path), new.get(path), labels, data)
         if change is not None:
             changes.append(_with_notes(change, source, new.get(path)))
     return changes
@@ -135,11 +136,11 @@ def _plan_file(
     base: GeneratedFile | None,
     new: GeneratedFile | None,
     labels: Labels,
-    yours: bytes | None = None,
+    yours: bytes | None,
 ) -> Change | None:
-    """What updating does to the file at ``current`` (``path`` relative to the root; ``yours``: its content
-    when not the file's own, i.e. with its logic moved out); None: nothing."""
-    yours = yours if yours is not None else _read(current)
+    """What updating does to the file at ``current`` (``path`` relative to the root; ``yours``: its content,
+    read once by the caller, or with its logic moved out; None when no regular file is there); None:
+    nothing."""
     if new is None:
         return _plan_no_longer_generated(path, yours, base)
     if yours is None:

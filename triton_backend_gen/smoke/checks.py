@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -488,17 +489,23 @@ def plan_smoke(
     model: ModelEntry | None = None,
     repository: Path | None = None,
     served: Mapping[str, ModelConfig] | None = None,
+    *,
+    quick: bool = False,
 ) -> list[SmokeCheck]:
     """The checks for ``model`` (every model of the project when None), from config.pbtxt and reference.py;
     ``repository`` is the one served when it is not the project's (a run copy). ``served``: the configs the
-    server completed for models whose config.pbtxt leaves the tensors to the backend (served_configs)."""
+    server completed for models whose config.pbtxt leaves the tensors to the backend (served_configs).
+    ``quick``: only the checks `tbgen dev` runs after a save (reference against config, metadata and config,
+    one request and every batch size over both protocols, the streams, the sequences), without concurrent
+    load, bad requests and checks that wait on purpose."""
     specs = load_model_specs(project, model, repository, served)
     plan = []
     for reference, spec, config in specs:
         prefix = f"{spec.name}: " if len(specs) > 1 else ""
         plan += [
-            SmokeCheck(prefix + c.name, c.protocol, c.run, c.waits)
+            dataclasses.replace(c, name=prefix + c.name)
             for c in _plan_model(spec, config, reference)
+            if c.quick or not quick
         ]
     return plan
 
@@ -535,7 +542,9 @@ def _plan_stream_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeChe
         SmokeCheck(
             "several requests on one stream", "grpc", partial(_check_stream_many_requests, spec, reference)
         ),
-        SmokeCheck("concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference)),
+        SmokeCheck(
+            "concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference), quick=False
+        ),
         SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
     ]
     # Optional in reference.py (references written before it existed lack it; None: the signature allows no
@@ -577,7 +586,9 @@ def _plan_infer_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeChec
                 )
             )
         name = "concurrent requests" + (" (dynamic batching)" if spec.dynamic_batching else "")
-        plan.append(SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol)))
+        plan.append(
+            SmokeCheck(name, protocol, partial(_check_concurrent, spec, reference, protocol), quick=False)
+        )
     return plan
 
 
@@ -587,7 +598,10 @@ def _plan_bad_requests(
     """A check of each bad request (bad_requests) over each of ``protocols``."""
     return [
         SmokeCheck(
-            f"bad request: {what}", protocol, partial(_check_bad_request, spec, inputs, what, protocol)
+            f"bad request: {what}",
+            protocol,
+            partial(_check_bad_request, spec, inputs, what, protocol),
+            quick=False,
         )
         for what, inputs in bad_requests(spec, reference).items()
         for protocol in protocols

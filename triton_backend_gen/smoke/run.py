@@ -17,6 +17,7 @@ class SmokeCheck:
     protocol: str  # "http", "grpc" or "-" (no server contact)
     run: Callable[[Endpoints], str]  # a short detail on success; raises with a clear message on failure
     waits: str = ""  # a check that waits on purpose says so ("waits 6.5 s on purpose: ..."), for the output
+    quick: bool = True  # part of the quick checks `tbgen dev` runs on every save (False: the full suite only)
 
 
 @dataclass(frozen=True)

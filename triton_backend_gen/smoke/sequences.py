@@ -260,6 +260,7 @@ def plan_sequence_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCh
             f"{INTERLEAVED_SEQUENCES} interleaved sequences",
             "grpc",
             partial(_check_interleaved, spec, reference),
+            quick=False,
         ),
         SmokeCheck("sequence restarted", "grpc", partial(_check_restart, spec, reference, "grpc")),
     ]
@@ -275,6 +276,12 @@ def plan_sequence_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCh
         else ""
     )
     plan.append(
-        SmokeCheck("idle sequence timed out", "grpc", partial(_check_idle_timeout, spec, reference), waits)
+        SmokeCheck(
+            "idle sequence timed out",
+            "grpc",
+            partial(_check_idle_timeout, spec, reference),
+            waits,
+            quick=False,
+        )
     )
     return plan

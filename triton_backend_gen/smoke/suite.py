@@ -19,6 +19,7 @@ from pathlib import Path
 from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime.load_failures import require_ready, stub_failures, unanswering_stubs
 from triton_backend_gen.runtime.release_note import ReleaseNote
+from triton_backend_gen.runtime.remote import RemoteServer
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.runtime.server import TritonServer
 from triton_backend_gen.signals import stop_on_signals
@@ -49,8 +50,8 @@ class SuiteProgress:
 @dataclass
 class SuiteReport:
     project: Project
-    server: str  # which tritonserver, e.g. "tritonserver 2.51.0 (embedded wheel)"
-    log_file: Path
+    server: str  # which tritonserver: "tritonserver 2.51.0 (embedded wheel)", "the server at HOST:PORT"
+    log_file: Path | None  # None: a server tbgen did not start (runtime.remote), whose log is its owner's
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what tbgen changed for the run (e.g. the instance kind)
     release_note: ReleaseNote | None = None  # the server is of another release than the project
@@ -104,8 +105,13 @@ def run_suite(
         triton.release_note,
     )
     started = time.monotonic()
-    progress.phase(f"starting {triton.describe()} and loading the models")
+    progress.phase(
+        f"loading the models on {triton.describe()}"
+        if isinstance(triton, RemoteServer)
+        else f"starting {triton.describe()} and loading the models"
+    )
     with stop_on_signals(), triton:
+        report.notes = list(triton.notes)  # with what starting it said (a server at --url: how it loaded)
         require_ready(project, triton)
         on_ready(time.monotonic() - started)  # only a load that succeeded sizes the chart's probes
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
@@ -185,7 +191,12 @@ def _check_metrics_and_parameters(
     models = [m for m in project.models if plan.chosen in (None, m)]
     named = len(project.models) > 1 and plan.chosen is None
     declared = {m.name: m.metrics for m in models if m.metrics}
-    if declared:
+    if declared and triton.metrics_url is None:
+        report.notes.append(
+            f"the custom metrics of {', '.join(declared)} were not checked: {triton.describe()} was given "
+            "without its metrics endpoint (give it as the third part of --url: HTTP,GRPC,METRICS)"
+        )
+    elif declared:
         progress.phase("custom metrics against the server's statistics")
         report.add(custom_metrics_results(triton.metrics_url, endpoints, declared, named), progress)
     with_parameters = [m for m in models if m.parameters]

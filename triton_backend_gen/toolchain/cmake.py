@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -269,31 +270,63 @@ def _run_logged(
 ) -> tuple[int, bool]:
     """Run ``command`` with its output appended to ``log``; returns (exit status, whether it made progress
     lines)."""
+    process = _start_group(command, subprocess.PIPE, env)
+    stepped = False
+    with process:
+        try:
+            for line in process.stdout:
+                log.write(line)
+                step = progress_of(line)
+                if step is not None:
+                    stepped = True
+                    if progress is not None:
+                        progress(step[0], step[1], line.rstrip())
+        except BaseException:
+            _stop_group(process)
+            raise
+    return process.returncode, stepped
+
+
+def run_build_process(command: list[str], out, env: Mapping[str, str]) -> int:
+    """Run a build ``command`` with its output into the file ``out``; its exit status. Interrupted (Ctrl-C,
+    SIGTERM), the whole build stops: cmake, the build tool and the compilers it runs."""
+    process = _start_group(command, out, env)
     try:
-        process = subprocess.Popen(
+        return process.wait()
+    except BaseException:
+        _stop_group(process)
+        raise
+
+
+def _start_group(command: list[str], stdout, env: Mapping[str, str]) -> subprocess.Popen:
+    """``command`` started in a process group of its own (so that _stop_group reaches what it runs)."""
+    try:
+        return subprocess.Popen(
             command,
-            stdout=subprocess.PIPE,
+            stdout=stdout,
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
             stdin=subprocess.DEVNULL,
             env=dict(env),
+            start_new_session=True,
         )
     except FileNotFoundError as err:
         raise BuildError(
             f"cannot run {command[0]}: {err.strerror}",
             "Install CMake >= 3.21 (`pip install 'triton-backend-gen[build]'` brings one).",
         ) from err
-    stepped = False
-    with process:
-        for line in process.stdout:
-            log.write(line)
-            step = progress_of(line)
-            if step is not None:
-                stepped = True
-                if progress is not None:
-                    progress(step[0], step[1], line.rstrip())
-    return process.returncode, stepped
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """Stop ``process`` and everything in its process group (cmake --build does not pass signals on)."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def run_cmake_build(

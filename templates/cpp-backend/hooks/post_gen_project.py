@@ -1,5 +1,6 @@
 """Remove the files that the chosen options do not use (an explicit list per option)."""
 
+import shutil
 from pathlib import Path
 
 # Files that exist only for the CUDA kernels (`gpu` answered true, no framework, no pattern).
@@ -12,6 +13,12 @@ FRAMEWORK_FILES = {
 FRAMEWORK = "{{ cookiecutter.framework }}"
 PATTERN = "{{ cookiecutter.pattern }}"
 
+# The unit tests of src/compute.cc (tests/unit/): a framework's PreProcess/PostProcess and a BLS router's
+# Route run only around the models they call, in a server.
+UNIT_TEST_DIR = "tests/unit"
+
+if FRAMEWORK != "none" or PATTERN != "none":
+    shutil.rmtree(UNIT_TEST_DIR)
 if not {{ cookiecutter.gpu }} or FRAMEWORK != "none" or PATTERN != "none":
     for relative in GPU_ONLY_FILES:
         Path(relative).unlink()

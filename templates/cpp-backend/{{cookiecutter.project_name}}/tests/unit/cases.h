@@ -1,0 +1,1 @@
+{%- include "unit_cases.h.j2" -%}

@@ -1,0 +1,1 @@
+{%- include "unit_main.cc.j2" -%}

@@ -1,0 +1,1 @@
+{%- include "unit_write_cases.py.j2" -%}

@@ -1,0 +1,1 @@
+{% include "python_unit_tests.py.j2" %}

@@ -1,0 +1,1 @@
+{%- include "unit_test.cc.j2" -%}

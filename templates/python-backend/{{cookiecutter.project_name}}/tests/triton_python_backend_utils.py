@@ -1,0 +1,1 @@
+{% include "python_unit_pb_utils.py.j2" %}

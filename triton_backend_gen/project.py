@@ -132,6 +132,11 @@ class Project:
         path = self.root.relative_to(cwd) if cwd in self.root.parents else self.root
         return f" --project {shlex.quote(str(path))}"
 
+    def path_argument(self) -> str:
+        """What a suggested command that takes the project as its argument (`tbgen build`, `tbgen test`) adds:
+        "" when the current directory is in it, else `` PATH``."""
+        return self.project_option().removeprefix(" --project")
+
     # --- where things are -----------------------------------------------------------------------------------
     @property
     def project_file(self) -> Path:

@@ -167,10 +167,3 @@ def print_notes(run, project: Project | None, verbose: bool) -> None:
     said = run.release_note
     if said is not None and (said.warning or verbose or project is None or first_time(project, said)):
         (warning if said.warning else note)(said.text)
-
-
-def path_argument(project: Project) -> str:
-    """What a suggested command that takes the project as its argument adds: "" in the project, else its
-    path."""
-    option = project.project_option()
-    return option.replace(" --project", "", 1) if option else ""

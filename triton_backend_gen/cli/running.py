@@ -27,7 +27,6 @@ from triton_backend_gen.cli.output import (
     Column,
     console,
     on_terminal,
-    path_argument,
     print_notes,
     records,
     say,
@@ -150,7 +149,7 @@ def _print_model_control(triton, project: Project | None, mode: str, model: str 
         }[mode]
     )
     if project is not None and not triton.notes:  # a run copy (--instance-kind) serves other configs
-        argument = path_argument(project) + (f" --model {model}" if model else "")
+        argument = project.path_argument() + (f" --model {model}" if model else "")
         say(
             f"Test it from another terminal: `tbgen test{argument} --url "
             f"{triton.http_url},{triton.grpc_url},{triton.metrics_url}`"

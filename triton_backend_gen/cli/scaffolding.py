@@ -13,7 +13,7 @@ from rich.prompt import Confirm, Prompt
 from triton_backend_gen import signature, versions
 from triton_backend_gen.cli.app import add_app, app, remove_app
 from triton_backend_gen.cli.options import PatternOption, ProjectOption
-from triton_backend_gen.cli.output import Column, console, note, path_argument, records, say, user_errors
+from triton_backend_gen.cli.output import Column, console, note, records, say, user_errors
 from triton_backend_gen.commands import update as updating
 from triton_backend_gen.commands.add_library import add_library as add_library_to_project
 from triton_backend_gen.errors import AnswerError, UsageError
@@ -232,11 +232,11 @@ def update(
             f"{len(plan.conflicts)} file(s) with conflicts (between <<<<<<< yours and >>>>>>> markers): edit "
             "each to keep what you want and remove the markers, then check with "
             f"`grep -n '^<<<<<<<' {' '.join(c.path for c in plan.conflicts)}`, `tbgen "
-            f"build{path_argument(loaded)}` and `tbgen test{path_argument(loaded)}`.",
+            f"build{loaded.path_argument()}` and `tbgen test{loaded.path_argument()}`.",
             style="red",
         )
         raise typer.Exit(1)
-    say(f"Next: `tbgen build{path_argument(loaded)}`, then `tbgen test{path_argument(loaded)}`")
+    say(f"Next: `tbgen build{loaded.path_argument()}`, then `tbgen test{loaded.path_argument()}`")
 
 
 def _print_update_plan(plan: Any, dry_run: bool) -> None:
@@ -344,7 +344,7 @@ def add_model(
         written = add_model_to_project(load_project(project), name, template, given)
     for file in written:
         say(str(file), label="Wrote", style="green")
-    say(f"tbgen.toml lists the new models; next: `tbgen test{path_argument(load_project(project))}`")
+    say(f"tbgen.toml lists the new models; next: `tbgen test{load_project(project).path_argument()}`")
 
 
 @remove_app.command("model")
@@ -425,4 +425,4 @@ def add_library(
         "Include its headers in the backend's sources and use it; `tbgen package` carries the shared "
         "objects the server's image lacks."
     )
-    say(f"Next: `tbgen build{path_argument(load_project(project))}`")
+    say(f"Next: `tbgen build{load_project(project).path_argument()}`")

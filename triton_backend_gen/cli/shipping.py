@@ -10,7 +10,7 @@ import typer
 
 from triton_backend_gen.cli.app import app, deploy_app, env_app
 from triton_backend_gen.cli.options import ImageOption, ProjectOption, check_docker_options
-from triton_backend_gen.cli.output import Column, path_argument, records, say, user_errors
+from triton_backend_gen.cli.output import Column, records, say, user_errors
 from triton_backend_gen.cli.running import report_tests
 from triton_backend_gen.commands.deploy import deploy_local as run_pod_spec
 from triton_backend_gen.commands.env import pack_envs
@@ -73,7 +73,7 @@ def env_pack(
                 label="Wrote",
                 style="yellow",
             )
-    say(f"Next: `tbgen test{' --docker' if docker else ''}{path_argument(loaded)}`")
+    say(f"Next: `tbgen test{' --docker' if docker else ''}{loaded.path_argument()}`")
 
 
 @app.command()

@@ -102,7 +102,7 @@ def run_project_tests(
     if unit and docker and not packaged:
         report.notes.append(
             "the unit tests were not run: they run on this machine, not in the image "
-            f"(`tbgen test{project.project_option().replace(' --project', '', 1)} --unit`)"
+            f"(`tbgen test{project.path_argument()} --unit`)"
         )
     return report
 

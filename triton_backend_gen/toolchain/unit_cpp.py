@@ -134,7 +134,7 @@ def _build_target(project: Project, build_dir: Path) -> None:
         return
     text = log.read_text(errors="replace")
     if f"unknown target '{unit_target(project)}'" in text or "No rule to make target" in text:
-        path = project.project_option().removeprefix(" --project")  # `tbgen build` takes a path
+        path = project.path_argument()
         raise BuildError(
             f"{build_dir} has no unit test target {unit_target(project)}: it was configured with "
             "-DBUILD_UNIT_TESTS=OFF, or without googletest.",

@@ -146,7 +146,7 @@ def _noted(project: Project, results: list[UnitResult]) -> list[UnitResult]:
     native = project.native
     if native is None or list(native.install_dir.glob(f"{native.module}*.so")):
         return results
-    path = project.project_option().removeprefix(" --project")  # tbgen build takes the project's path
+    path = project.path_argument()
     note = f"; {native.module} is not built, so the numpy fallback ran (`tbgen build{path}` builds it)"
     return [UnitResult(r.name, r.passed, r.detail + note, r.seconds) if r.passed else r for r in results]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import urllib.request
 from dataclasses import dataclass
@@ -142,6 +143,12 @@ def test_dev_verifies_each_save_and_leaves_nothing_running(tmp_path, template):
             replace_once(config, "max_batch_size: -3\nmax_queue_size:", "max_batch_size:")
             child.expect(r"verdict: pass in [0-9.]+ s after saving")
         assert _server_processes(child.pid) == servers, "the server was restarted"
+        if template == "python-backend":  # a server that died (as a backend crash kills it): started again
+            os.kill(servers[0], signal.SIGKILL)
+            reference.write_text(reference.read_text())
+            child.expect(r"the server had stopped \(exit status -?\d+.*restarting it")
+            child.expect(r"verdict: pass in [0-9.]+ s after saving")
+            assert _server_processes(child.pid) not in ([], servers)
     finally:
         child.sendintr()
         child.expect(pexpect.EOF, timeout=30)

@@ -235,9 +235,8 @@ def test_(
     """Build, run the project's unit tests, start a real Triton, load the project's backend and run the smoke
     suite against it."""
     with user_errors():
-        _check_test_flags(
-            url=url,
-            unit=unit,
+        # what decides the server: checked against --url and --unit, then handed to the run as they are
+        server_options = dict(
             sanitize=parse_sanitizers(sanitize),
             docker=docker,
             image=image,
@@ -245,8 +244,8 @@ def test_(
             packaged=packaged,
             instance_kind=instance_kind_option(instance_kind),
             server=server,
-            fuzz=fuzz,
         )
+        _check_test_flags(url=url, unit=unit, fuzz=fuzz, **server_options)
         if packaged and not (docker and image):
             raise UsageError(
                 "--packaged tests an image made by `tbgen package`.", "Add --docker --image TAG."
@@ -258,19 +257,13 @@ def test_(
                 if unit
                 else run_project_tests(
                     loaded,
-                    server=server,
                     fuzz=fuzz,
                     seed=seed,
-                    sanitize=parse_sanitizers(sanitize),
-                    docker=docker,
-                    image=image,
-                    gpu=gpu,
-                    packaged=packaged,
-                    instance_kind=instance_kind_option(instance_kind),
                     model=model,
                     url=url,
                     unit=unit is None,
                     progress=shown,
+                    **server_options,
                 )
             )
     report_tests(report, junit_xml, quiet=quiet, verbose=verbose, streamed=True)

@@ -74,10 +74,7 @@ def run_project_tests(
         return _test_running_server(project, url, model=model, fuzz=fuzz, seed=seed, progress=progress)
     units = None
     if not packaged:
-        if project.is_cpp or project.native is not None:
-            progress.phase("building what changed")
-        ensure_built(project, server, sanitize, docker=docker, image=image)
-        units = run_project_unit_tests(project, model, progress) if unit and not docker else None
+        units = _build_and_unit_test(project, server, sanitize, docker, image, model, unit, progress)
         if units is not None and not all(r.passed for r in units.results):
             return units  # no server for a computation that is wrong already
     triton = prepare_server(
@@ -105,6 +102,23 @@ def run_project_tests(
             f"(`tbgen test{project.path_argument()} --unit`)"
         )
     return report
+
+
+def _build_and_unit_test(
+    project: Project,
+    server: Path | None,
+    sanitize: tuple[str, ...],
+    docker: bool,
+    image: str | None,
+    model: str | None,
+    unit: bool,
+    progress: SuiteProgress,
+) -> SuiteReport | None:
+    """The build phase: what changed built, then the unit tests (a report of them; None when not run)."""
+    if project.is_cpp or project.native is not None:
+        progress.phase("building what changed")
+    ensure_built(project, server, sanitize, docker=docker, image=image)
+    return run_project_unit_tests(project, model, progress) if unit and not docker else None
 
 
 def run_project_unit_tests(

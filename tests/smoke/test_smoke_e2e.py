@@ -72,10 +72,17 @@ def test_every_check_passes(served):
     failed = [f"{name} [{protocol}]: {r.detail}" for (name, protocol), r in results.items() if not r.passed]
     assert not failed, "\n".join(failed)
     assert len(results) >= 15
-    for (name, protocol), result in results.items():
-        if name == "concurrent requests (dynamic batching)":
-            # A python model is busy for milliseconds per execute, so concurrent requests queue and merge.
-            assert "dynamic batching merged them" in result.detail, f"[{protocol}] {result.detail}"
+    concurrency = {
+        c.protocol: c for c in plan_smoke(served.project) if c.name == "concurrent requests (dynamic batching)"
+    }
+    for protocol, check in concurrency.items():
+        # A python model is busy for milliseconds per execute, so concurrent requests queue and merge. On a
+        # machine loaded by other tests the burst's threads can start too far apart to meet, so the check
+        # (3 bursts) gets a few more tries before a missing merge fails the test.
+        details = [results[check.name, protocol].detail]
+        while "dynamic batching merged them" not in details[-1] and len(details) < 5:
+            details.append(check.run(served.endpoints))
+        assert "dynamic batching merged them" in details[-1], f"[{protocol}] {details}"
 
 
 def test_fuzz_leaves_the_server_healthy(served, record_property, capsys):

@@ -26,12 +26,22 @@ literals of their own. Where each column comes from:
 - ``cuda_architectures``: derived from ``cuda`` by ``cuda_architectures_for`` (what that nvcc can
   build, Turing and newer; checked against ``nvcc --list-gpu-arch`` of CUDA 13.0).
 
-The newest release listed is the newest one for which all of the above is established and for which
-core, common and backend all have an rYY.MM branch.
+- ``FEATURES``: the first release of each change in Triton's code that a generated backend follows
+  (readiness, the rules a newer server enforces), each read from that release's branch; a release
+  ``has`` a feature from that release on.
+
+26.03 to 26.08 (server branches r26.03 to r26.08): server version and Ubuntu from each branch's
+``TRITON_VERSION`` and ``build.py``; CUDA from the compatibility table of the server's r26.08 docs (no
+release notes at hand); API versions and CMake minimum from core and common r26.03 to r26.06. Core has no
+r26.07 or r26.08 branch at hand: for those two, the API versions and CMake minimum are those of core's
+main of June 2026 and common r26.07 (1.19, 1.34 and 3.31.8, unchanged since 25.08), and a build fetches
+the r26.07/r26.08 tags like any other. A release published after this matrix is not known: tbgen says so
+and how to build against it with explicit repository tags.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -62,6 +72,63 @@ class Release:
     def image(self) -> str:
         """The NGC image of this release's server, e.g. "nvcr.io/nvidia/tritonserver:24.10-py3"."""
         return f"{NGC_IMAGE}:{self.container}-py3"
+
+    def has(self, feature: str) -> bool:
+        """Whether this release has ``feature`` (a key of FEATURES): it is that feature's first release or
+        newer."""
+        return version_tuple(self.container) >= version_tuple(FEATURES[feature].since)
+
+
+# --- What changed in Triton's code, by release -----------------------------------------------------
+@dataclass(frozen=True)
+class Feature:
+    """A change in Triton's code that generated backends follow: its first release (read from that
+    release's branch; the branch before lacks it), what it is, and what a project moving to it does."""
+
+    since: str
+    what: str
+    action: str
+
+
+FEATURES: dict[str, Feature] = {
+    "checked_counts": Feature(
+        "25.05",
+        "GetElementCount/GetByteSize returning errors",
+        "backend utilities (backend_common.h) add overloads that report overflow; generated C++ uses them "
+        "from this release (`tbgen update` regenerates the plumbing)",
+    ),
+    "instance_ready": Feature(
+        "25.12",
+        "TRITONBACKEND_ModelInstanceReady",
+        "core asks it on every model-ready probe (optional); generated C++ backends export it from this "
+        "release and report not ready after an unrecoverable error (`tbgen update`)",
+    ),
+    "python_is_ready": Feature(
+        "26.03",
+        "python is_ready()",
+        "the stub asks a model's is_ready() on every model-ready probe (5 s timeout); generated python "
+        "models define it from this release (`tbgen update`)",
+    ),
+    "server_ready_checks_instances": Feature(
+        "26.04",
+        "server ready checks instances",
+        "the server's ready endpoint fails while an instance of a READY model reports not ready: a "
+        "readiness probe (Kubernetes) now takes the pod out on one unhealthy instance",
+    ),
+    "confined_batch_strategy_path": Feature(
+        "26.06",
+        "batching library inside the model",
+        "TRITON_BATCH_STRATEGY_PATH must resolve inside the model's directory (core: \"Batching library path "
+        'escapes model repository"); `tbgen validate` checks it',
+    ),
+    "secure_env_extraction": Feature(
+        "26.06",
+        "secure EXECUTION_ENV_PATH unpacking",
+        "python_backend unpacks environment archives with libarchive's SECURE_NODOTDOT, "
+        "SECURE_NOABSOLUTEPATHS and SECURE_SYMLINKS: repack with `tbgen env pack`; `tbgen validate` checks "
+        "an archive",
+    ),
+}
 
 
 # --- CUDA architectures --------------------------------------------------------------------------
@@ -154,6 +221,12 @@ RELEASES: tuple[Release, ...] = (
     _release("25.12", "2.64.0", "3.12", "13.1.0", (1, 19), (1, 34), "3.31.8"),
     _release("26.01", "2.65.0", "3.12", "13.1.1", (1, 19), (1, 34), "3.31.8"),
     _release("26.02", "2.66.0", "3.12", "13.1.1", (1, 19), (1, 34), "3.31.8"),
+    _release("26.03", "2.67.0", "3.12", "13.2.0", (1, 19), (1, 34), "3.31.8"),
+    _release("26.04", "2.68.0", "3.12", "13.2.1", (1, 19), (1, 34), "3.31.8"),
+    _release("26.05", "2.69.0", "3.12", "13.2.1", (1, 19), (1, 34), "3.31.8"),
+    _release("26.06", "2.70.0", "3.12", "13.3.0", (1, 19), (1, 34), "3.31.8"),
+    _release("26.07", "2.71.0", "3.12", "13.3.0", (1, 19), (1, 34), "3.31.8"),
+    _release("26.08", "2.72.0", "3.12", "13.4.1", (1, 19), (1, 34), "3.31.8"),
 )
 
 _BY_CONTAINER = {release.container: release for release in RELEASES}
@@ -170,6 +243,22 @@ def newest() -> Release:
     return RELEASES[-1]
 
 
+DEFAULT_VARIABLE = "TBGEN_TRITON_VERSION"
+
+
+def default_release() -> Release:
+    """The release tbgen targets when none is given (new projects, `tbgen update`, a bare `tbgen doctor`):
+    $TBGEN_TRITON_VERSION (a site that builds offline against the releases its source cache holds), else the
+    newest."""
+    spec = os.environ.get(DEFAULT_VARIABLE, "").strip()
+    if not spec:
+        return newest()
+    try:
+        return resolve(spec)
+    except UnknownReleaseError as err:
+        raise UnknownReleaseError(f"${DEFAULT_VARIABLE}: {err}", hint=err.hint) from None
+
+
 def known_releases_hint() -> str:
     """One line naming every known release with its server version, for error hints."""
     listed = ", ".join(f"{r.container} ({r.server_version})" for r in RELEASES)
@@ -177,13 +266,13 @@ def known_releases_hint() -> str:
 
 
 def target_release(spec: str | None, default: Release | None = None) -> tuple[Release, bool]:
-    """The release ``spec`` names, else ``default`` (a project's), else the newest; and whether it was chosen
-    (given or the project's) rather than defaulted."""
+    """The release ``spec`` names, else ``default`` (a project's), else the default release; and whether it
+    was chosen (given or the project's) rather than defaulted."""
     if spec:
         return resolve(spec), True
     if default is not None:
         return default, True
-    return newest(), False
+    return default_release(), False
 
 
 def resolve(spec: str) -> Release:
@@ -198,6 +287,13 @@ def resolve(spec: str) -> Release:
         release = _BY_SERVER_VERSION.get(lowered.removeprefix("v"))
     else:
         release = None
+    newer = _newer_than_known(lowered)
+    if release is None and newer:
+        raise UnknownReleaseError(
+            f"Triton '{text}' is newer than the releases this tbgen knows (24.01 to {newest().container}, "
+            f"server {RELEASES[0].server_version} to {newest().server_version})",
+            hint=_newer_release_hint(newer),
+        )
     if release is None:
         raise UnknownReleaseError(
             f"Unknown Triton version '{text}': give a container (24.10), a branch (r24.10) "
@@ -205,6 +301,36 @@ def resolve(spec: str) -> Release:
             hint=known_releases_hint(),
         )
     return release
+
+
+def _newer_than_known(lowered: str) -> str | None:
+    """The branch ("r26.09") of a container, branch or server version spelled ``lowered`` that comes after
+    the newest release (a server version counted one minor per month), else None."""
+    last = newest()
+    year, month = version_tuple(last.container)
+    if re.fullmatch(r"r?\d{2}\.\d{2}", lowered):
+        container = lowered.removeprefix("r")
+        return f"r{container}" if version_tuple(container) > (year, month) else None
+    if re.fullmatch(r"v?\d+\.\d+\.\d+", lowered):
+        major, minor, _ = version_tuple(lowered.removeprefix("v"))
+        last_major, last_minor, _ = version_tuple(last.server_version)
+        if (major, minor) <= (last_major, last_minor) or major != last_major:
+            return None
+        months = year * 12 + month - 1 + (minor - last_minor)
+        return f"r{months // 12:02d}.{months % 12 + 1:02d}"
+    return None
+
+
+def _newer_release_hint(branch: str) -> str:
+    """How to build against ``branch``, published after this matrix: the newest known release's facts,
+    with Triton's repositories at the newer tag."""
+    return (
+        f"A newer tbgen knows its facts. Meanwhile target the newest known release (--triton-version "
+        f"{newest().container}, or triton_version in tbgen.toml) and build against {branch} with explicit "
+        f"tags, from the project's folder: cmake --preset release -DTRITON_COMMON_REPO_TAG={branch} "
+        f"-DTRITON_CORE_REPO_TAG={branch} -DTRITON_BACKEND_REPO_TAG={branch} && cmake --build --preset "
+        "release && cmake --install build"
+    )
 
 
 @dataclass(frozen=True)
@@ -258,6 +384,17 @@ def release_changes(old: Release, new: Release) -> list[ReleaseChange]:
             "GPU builds target this list (cuda_architectures in tbgen.toml's answers)",
         ),
     )
-    return [
+    changes = [
         ReleaseChange(what, before, after, action) for what, before, after, action in rows if before != after
     ]
+    for key, feature in FEATURES.items():
+        if old.has(key) != new.has(key):
+            changes.append(
+                ReleaseChange(
+                    f"{feature.what} (since {feature.since})",
+                    "yes" if old.has(key) else "no",
+                    "yes" if new.has(key) else "no",
+                    feature.action,
+                )
+            )
+    return changes

@@ -20,11 +20,23 @@ def cpp():
     return get_template("cpp-backend")
 
 
+def test_tbgen_triton_version_sets_the_default_release_and_a_bad_one_names_the_variable(cpp, monkeypatch):
+    monkeypatch.setenv("TBGEN_TRITON_VERSION", "r24.10")
+    answers = resolve_answers(cpp, {"project_name": "p"})
+    assert (answers["triton_version"], answers["cmake_minimum"]) == ("24.10", "3.18")
+    assert resolve_answers(cpp, {"project_name": "p", "triton_version": "26.06"})["triton_version"] == "26.06"
+    monkeypatch.setenv("TBGEN_TRITON_VERSION", "2.99.0")
+    with pytest.raises(UsageError) as err:
+        resolve_answers(cpp, {"project_name": "p"})
+    assert "$TBGEN_TRITON_VERSION" in str(err.value) and "-DTRITON_CORE_REPO_TAG=r" in err.value.hint
+
+
 def test_every_template_is_registered():
     assert [t.name for t in list_templates()] == ["cpp-backend", "decoupled-backend", "python-backend"]
 
 
-def test_defaults_follow_the_project_name(cpp):
+def test_defaults_follow_the_project_name(cpp, monkeypatch):
+    monkeypatch.delenv("TBGEN_TRITON_VERSION", raising=False)  # set by tests/conftest.py
     answers = resolve_answers(cpp, {"project_name": "My-Fast-Backend"})
     assert answers["backend_name"] == "my_fast_backend"
     assert answers["triton_version"] == versions.newest().container

@@ -72,9 +72,8 @@ def test_every_check_passes(served):
     failed = [f"{name} [{protocol}]: {r.detail}" for (name, protocol), r in results.items() if not r.passed]
     assert not failed, "\n".join(failed)
     assert len(results) >= 15
-    concurrency = {
-        c.protocol: c for c in plan_smoke(served.project) if c.name == "concurrent requests (dynamic batching)"
-    }
+    merging = "concurrent requests (dynamic batching)"
+    concurrency = {c.protocol: c for c in plan_smoke(served.project) if c.name == merging}
     for protocol, check in concurrency.items():
         # A python model is busy for milliseconds per execute, so concurrent requests queue and merge. On a
         # machine loaded by other tests the burst's threads can start too far apart to meet, so the check

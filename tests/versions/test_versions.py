@@ -22,6 +22,7 @@ import pytest
 from triton_backend_gen.errors import UnknownReleaseError, UsageError
 from triton_backend_gen.toolchain import sources
 from triton_backend_gen.versions import (
+    FEATURES,
     RELEASES,
     cuda_architectures_for,
     newest,
@@ -154,9 +155,7 @@ def test_resolve_accepts_container_branch_and_server_version(release):
         assert resolve(spelling) is release, spelling
 
 
-@pytest.mark.parametrize(
-    "bad", ["23.12", "r99.01", "2.99.0", "v2.51", "24.1", "latest", "main", "", "r24.10-py3"]
-)
+@pytest.mark.parametrize("bad", ["23.12", "3.0.0", "v2.51", "24.1", "latest", "main", "", "r24.10-py3"])
 def test_unknown_release_is_a_usage_error_listing_the_known_ones(bad):
     with pytest.raises(UnknownReleaseError) as caught:
         resolve(bad)
@@ -166,6 +165,19 @@ def test_unknown_release_is_a_usage_error_listing_the_known_ones(bad):
     for release in RELEASES:
         assert f"{release.container} ({release.server_version})" in error.hint
     assert f"newest: {newest().container}" in error.hint
+
+
+@pytest.mark.parametrize(
+    ("newer", "branch"), [("r99.01", "r99.01"), ("26.09", "r26.09"), ("2.75.0", "r26.11")]
+)
+def test_a_release_newer_than_the_matrix_says_what_is_known_and_how_to_build_against_it(newer, branch):
+    with pytest.raises(UnknownReleaseError) as caught:
+        resolve(newer)
+    error = caught.value
+    assert f"'{newer}' is newer" in error.message and f"to {newest().container}" in error.message
+    assert f"--triton-version {newest().container}" in error.hint
+    for repo in ("COMMON", "CORE", "BACKEND"):
+        assert f"-DTRITON_{repo}_REPO_TAG={branch}" in error.hint
 
 
 def test_newest_is_the_last_release_and_the_default_spellings_reach_it():
@@ -285,12 +297,36 @@ def test_server_version_and_python_match_the_server_repository(release):
     assert release.python == {"22.04": "3.10", "24.04": "3.12"}[ubuntu]  # each Ubuntu's python3
 
 
-@pytest.mark.parametrize("repo", ["core", "common", "backend"])
-def test_newest_release_has_branches_in_core_common_and_backend(repo):
-    if not _at_hand(repo):
-        pytest.skip(_none_at_hand(repo))
-    branch = newest().branch
-    assert _read(repo, branch, "CMakeLists.txt") is not None, (
-        f"{repo} {branch} is neither in tbgen's source cache nor in ${sources.ORGANIZATION_VARIABLE} "
-        f"(cached: {', '.join(r.branch for r in _at_hand(repo))})"
-    )
+# Each feature of versions.FEATURES, told apart in the sources of its repository: (repo, path, marker).
+FEATURE_MARKERS = {
+    "checked_counts": (
+        "backend",
+        "include/triton/backend/backend_common.h",
+        "TRITONSERVER_Error* GetElementCount(",
+    ),
+    "instance_ready": ("core", "include/triton/core/tritonbackend.h", "TRITONBACKEND_ModelInstanceReady("),
+    "server_ready_checks_instances": ("core", "src/server.cc", "readiness evaluation"),
+    "confined_batch_strategy_path": ("core", "src/backend_model.cc", "escapes model repository"),
+    "python_is_ready": ("python_backend", "src/pb_stub.cc", '"is_ready"'),
+    "secure_env_extraction": ("python_backend", "src/pb_env.cc", "ARCHIVE_EXTRACT_SECURE_SYMLINKS"),
+}
+
+
+def _feature_cases():
+    for feature, (repo, path, _) in FEATURE_MARKERS.items():
+        for param in _releases_with(repo, probe=path):
+            yield pytest.param(feature, param.values[0], id=f"{feature}-{param.id}", marks=param.marks)
+
+
+def test_every_feature_has_a_marker_in_triton_sources():
+    assert set(FEATURE_MARKERS) == set(FEATURES)
+
+
+@pytest.mark.parametrize(("feature", "release"), list(_feature_cases()))
+def test_a_release_has_a_feature_exactly_when_its_sources_do(feature, release):
+    """Where the sources of a release are at hand, the marker of each feature is in them exactly from the
+    feature's first release (r26.06's backend here is its r26.02 branch; the backend's feature is older)."""
+    repo, path, marker = FEATURE_MARKERS[feature]
+    text = _read(repo, release.branch, path)
+    assert text is not None
+    assert (marker in text) == release.has(feature), (feature, release.container, FEATURES[feature].since)

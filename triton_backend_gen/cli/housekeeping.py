@@ -98,6 +98,7 @@ def versions_() -> None:
                 "server API",
                 "CUDA archs",
                 "CMake",
+                "new in this release",
             )
         ],
         [
@@ -111,6 +112,7 @@ def versions_() -> None:
                 "{:d}.{:d}".format(*r.server_api),
                 ";".join(r.cuda_architectures),
                 f">= {r.min_cmake}",
+                "; ".join(f.what for f in versions.FEATURES.values() if f.since == r.container),
             )
             for r in versions.RELEASES
         ],
@@ -123,7 +125,9 @@ def doctor(
     triton_version: Annotated[
         Optional[str],
         typer.Option(
-            "--triton-version", help="Release to check for (default: the project's, else the newest)."
+            "--triton-version",
+            help="Release to check for (default: the project's, else $TBGEN_TRITON_VERSION, else the "
+            "newest).",
         ),
     ] = None,
 ) -> None:

@@ -70,7 +70,9 @@ VerboseNotesOption = Annotated[
 ReleaseOption = Annotated[
     Optional[str],
     typer.Option(
-        "--triton-version", help="Release: 24.10, r24.10 or 2.51.0 (default: the project's, else the newest)."
+        "--triton-version",
+        help="Release: 24.10, r24.10 or 2.51.0 (default: the project's, else $TBGEN_TRITON_VERSION, else the "
+        "newest).",
     ),
 ]
 ProjectOption = Annotated[Path, typer.Option("--project", help="The project (default: the one here).")]

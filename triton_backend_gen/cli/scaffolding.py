@@ -191,7 +191,9 @@ def update(
     triton_version: Annotated[
         Optional[str],
         typer.Option(
-            "--triton-version", help="The release to move to: 26.02, r26.02 or 2.67.0 (default: the newest)."
+            "--triton-version",
+            help="The release to move to: 26.06, r26.06 or 2.70.0 (default: $TBGEN_TRITON_VERSION, else the "
+            "newest).",
         ),
     ] = None,
     set_: Annotated[

@@ -76,7 +76,7 @@ def plan_project_update(
             f"Drop --template-version (or give {shipped}); another template version comes with the tbgen "
             "release that ships it.",
         )
-    release = versions.resolve(triton_version) if triton_version else versions.newest()
+    release = versions.resolve(triton_version) if triton_version else versions.default_release()
     base, reconstructed = base_record(project)
     recipe = replace(
         base.recipe, given={**base.recipe.given, **settings, "triton_version": release.container}

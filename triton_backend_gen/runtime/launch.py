@@ -132,7 +132,7 @@ def _local_server(
 def _container_server(
     project: Project | None, options: ServerOptions, image: str | None, *, gpu: bool, mount: bool
 ) -> ContainerServer:
-    release = project.release if project is not None else versions.newest()
+    release = project.release if project is not None else versions.default_release()
     mounts = []
     if mount:
         own = project_backend_dir(project) if project is not None else None

@@ -241,7 +241,7 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
 
 # Defaults that follow from other answers through the release matrix rather than from cookiecutter.json.
 MATRIX_DEFAULTS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "triton_version": lambda answers: versions.newest().container,
+    "triton_version": lambda answers: versions.default_release().container,
     "cuda_architectures": lambda answers: ";".join(
         versions.resolve(answers["triton_version"]).cuda_architectures
     ),

@@ -1,6 +1,6 @@
 """A project generated at r24.10 by the tbgen before the user's code had files of its own (template 0.2.0,
-restored from its record), built, edited (its logic, a second instance group) and updated to r26.02: the
-logic moves into the user's file, every edit is kept, everything release-specific says r26.02, and it builds
+restored from its record), built, edited (its logic, a second instance group) and updated to r26.06: the
+logic moves into the user's file, every edit is kept, everything release-specific says r26.06, and it builds
 and passes `tbgen test` (the embedded 2.51 server loads backends of later releases: their backend API is the
 same 1.19). Then only the user's files are replaced with another computation (and reference.py), and an
 update back to r24.10 touches none of them, and it builds and passes `tbgen test` again."""
@@ -40,8 +40,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("template", sorted(CASES))
-def test_an_old_project_moves_to_the_new_layout_and_26_02_then_back_untouched(tmp_path, template):
-    old, new = versions.resolve("24.10"), versions.resolve("26.02")
+def test_an_old_project_moves_to_the_new_layout_and_26_06_then_back_untouched(tmp_path, template):
+    old, new = versions.resolve("24.10"), versions.resolve("26.06")
     source, logic, mine, user_file, replacement, reference_change = CASES[template]
     project = restore_old_project(tmp_path, template)  # 24.10, template 0.2.0
     cpp = template == "cpp-backend"
@@ -57,19 +57,19 @@ def test_an_old_project_moves_to_the_new_layout_and_26_02_then_back_untouched(tm
     config.write_text(config.read_text() + SECOND_GROUP)
     commit_all(project)
 
-    updated = run_tbgen("update", "--triton-version", "26.02", cwd=project)
+    updated = run_tbgen("update", "--triton-version", new.container, cwd=project)
     assert updated.returncode == 0, updated.stdout + updated.stderr
     assert mine in (project / user_file).read_text(), f"{user_file} lacks the moved logic"
     assert mine not in (project / source).read_text()
     assert SECOND_GROUP in config.read_text()
-    assert tomllib.loads((project / "tbgen.toml").read_text())["project"]["triton_version"] == "26.02"
+    assert tomllib.loads((project / "tbgen.toml").read_text())["project"]["triton_version"] == new.container
     assert f"tritonserver:{new.container}-py3" in (project / "Dockerfile").read_text()
     if cpp:
         cmake = (project / "CMakeLists.txt").read_text()
-        assert cmake.count('_REPO_TAG "r26.02"') == 3 and '"r24.10"' not in cmake
+        assert cmake.count(f'_REPO_TAG "{new.branch}"') == 3 and '"r24.10"' not in cmake
         assert f"cmake_minimum_required(VERSION {new.min_cmake})" in cmake
     assert [p for p in project.rglob("*") if p.suffix in (".rej", ".orig", ".tbgen-new")] == []
-    build_and_test(project, cpp, "r26.02")
+    build_and_test(project, cpp, new.branch)
 
     # Only the user's files change: another computation, and its reference.
     replace_once(project / user_file, *replacement)

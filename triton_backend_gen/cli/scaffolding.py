@@ -29,6 +29,7 @@ from triton_backend_gen.scaffold import (
     write_example_model,
 )
 from triton_backend_gen.scaffold.layering import given_answers
+from triton_backend_gen.toolchain.sources import cached_sources
 
 if TYPE_CHECKING:
     from triton_backend_gen.scaffold.templates import Option
@@ -229,6 +230,8 @@ def update(
             return
         updating.update_project(plan)
         _print_release_changes(plan.old_release, plan.new_release)
+        if loaded.is_cpp:
+            _say_whether_sources_are_at_hand(plan.new_release)
     if plan.conflicts:
         say(
             f"{len(plan.conflicts)} file(s) with conflicts (between <<<<<<< yours and >>>>>>> markers): edit "
@@ -267,6 +270,18 @@ def _print_release_changes(old: versions.Release, new: versions.Release) -> None
         f"What changed from {old.container} to {new.container} for a backend",
         [Column(""), Column(old.container), Column(new.container), Column("what to do", wide=True)],
         [(change.what, change.old, change.new, change.action) for change in changes],
+    )
+
+
+def _say_whether_sources_are_at_hand(release: versions.Release) -> None:
+    """After a C++ project moved to ``release``: whether its build finds Triton's sources offline."""
+    if cached_sources(release.branch) is not None:
+        return
+    note(
+        f"The build needs Triton's {release.branch} sources (core, common, backend), which are not in "
+        "tbgen's cache: `tbgen build` fetches them from $TRITON_REPO_ORGANIZATION (network), or fill the "
+        f"cache first with `tbgen deps fetch --triton-version {release.container}` (an air-gapped site "
+        "registers checkouts it has with `tbgen deps add`)."
     )
 
 

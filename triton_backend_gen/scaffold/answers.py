@@ -367,7 +367,7 @@ def _check_sequence_options(answers: Mapping[str, Any], sequence: str, python: b
     if answers.get("implicit_state") and python:
         raise AnswerError(
             "The python backend does not support implicit state (it never calls Triton's "
-            "TRITONBACKEND_State* API, up to release 26.02).",
+            "TRITONBACKEND_State* API, up to its r26.07 branch).",
             "Drop --set implicit_state=yes: the generated model.py keeps each sequence's state itself; or "
             "use the cpp-backend template.",
         )

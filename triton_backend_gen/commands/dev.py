@@ -37,10 +37,12 @@ from triton_backend_gen.runtime.instance_kind import run_repository
 from triton_backend_gen.runtime.load_failures import load_failure_hints
 from triton_backend_gen.runtime.model_control import load_model
 from triton_backend_gen.runtime.server import TritonServer
+from triton_backend_gen.runtime.stub_watch import StubWatch, watch_stubs
 from triton_backend_gen.smoke.checks import plan_smoke, served_configs
 from triton_backend_gen.smoke.clients import Endpoints
 from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model_spec
 from triton_backend_gen.smoke.run import SmokeResult, run_smoke
+from triton_backend_gen.smoke.stub_health import stub_health
 from triton_backend_gen.toolchain.build import build_kind, build_project
 from triton_backend_gen.toolchain.unit_tests import run_unit_tests
 
@@ -146,6 +148,7 @@ class DevSession:
     generation: int = 0
     pending: set[str] = field(default_factory=set)  # models whose new code is not loaded yet
     fresh_build: bool = False  # a build the server does not serve yet (a turn stopped before the load)
+    stubs: StubWatch | None = None  # its python stubs: one that died or hung stops its model's checks
 
     # --- lifecycle ---------------------------------------------------------------------------------------
     def __enter__(self) -> DevSession:
@@ -180,6 +183,7 @@ class DevSession:
         """Start the session's server and load the models (when ``built``); those that loaded."""
         self.triton = self._server()
         self.triton.start()
+        self.stubs = watch_stubs(self.triton)
         self.view.note(f"{self.triton.describe()} at {self.triton.http_url} (gRPC {self.triton.grpc_url})")
         if not built:
             self.pending.update(self.served)
@@ -324,6 +328,8 @@ class DevSession:
                 self.view.model(name, FAIL, f"load: {reason}{self._load_hints(logged)}")
                 continue
             loaded.append(name)
+        if self.stubs is not None:
+            self.stubs.forget(loaded)  # new stubs serve them
         return loaded
 
     def _check(self, models: list[str], *, quick: bool = True) -> bool:
@@ -345,7 +351,10 @@ class DevSession:
                 self.view.model(name, FAIL, _told(err))
                 passed = False
                 continue
-            results = run_smoke(plan, endpoints, is_healthy=lambda: self.triton.running)
+            health = stub_health(self.project, self.triton, endpoints, self.stubs, self._repository(), served)
+            results = run_smoke(
+                plan, endpoints, is_healthy=lambda: self.triton.running, broken_models=health.after
+            )
             shown = _show_checks(self.view, name, results, time.monotonic() - started, quick)
             passed = shown and passed
         return passed

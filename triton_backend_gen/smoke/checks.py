@@ -503,7 +503,7 @@ def plan_smoke(
     for reference, spec, config in specs:
         prefix = f"{spec.name}: " if len(specs) > 1 else ""
         plan += [
-            dataclasses.replace(c, name=prefix + c.name)
+            dataclasses.replace(c, name=prefix + c.name, model=spec.name)
             for c in _plan_model(spec, config, reference)
             if c.quick or not quick
         ]

@@ -7,6 +7,12 @@ tensors to the backend's auto-complete, when only the loaded server knows them),
 every model ready, the load time measured), **check** (the smoke checks, then custom metrics and request
 parameters, which need the checks' requests answered first, then the fuzzer, which sends requests that fail),
 and **report** (the server's statistics, a python stub that stopped answering, sanitizer reports).
+
+A local server's python stubs are looked at after each check (``stub_health``): a stub found dead or hung
+fails the check, its model's remaining checks are not run, the fuzzer leaves that model out, and the report
+names the model, the instance and what happened; the server is then stopped without waiting for it to unload
+that model (it never does). On a server of 26.03+ the suite ends by killing a stub of each python model to see
+the model turn not ready.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from triton_backend_gen.runtime.release_note import ReleaseNote
 from triton_backend_gen.runtime.remote import RemoteServer
 from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.runtime.server import TritonServer
+from triton_backend_gen.runtime.stub_watch import watch_stubs
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke.checks import plan_smoke, served_configs
 from triton_backend_gen.smoke.clients import Endpoints, server_statistics
@@ -30,8 +37,14 @@ from triton_backend_gen.smoke.metrics import custom_metrics_results
 from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model_spec, load_model_specs
 from triton_backend_gen.smoke.parameters import request_parameters_results
 from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, run_smoke
-
-STUB_CHECK = "python stub"  # the name of the result that a stub which stopped answering adds (+ its instance)
+from triton_backend_gen.smoke.stub_health import (
+    BROKEN_STOP_TIMEOUT_S,
+    STUB_CHECK,
+    StubHealth,
+    plans_unhealthy_instance_checks,
+    stub_health,
+    unhealthy_instance_checks,
+)
 
 
 class SuiteProgress:
@@ -117,16 +130,12 @@ def run_suite(
         endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
         if plan.auto_completed:
             _plan_from_the_server(project, plan, endpoints, fuzz, seed)
-        _check(project, triton, plan, endpoints, report, progress)
-        unanswering = unanswering_stubs(r.detail for r in report.results if not r.passed)
-        alive_stubs = triton.python_stubs() if unanswering else None
-    report.add(
-        [
-            SmokeResult(f"{STUB_CHECK} {instance}", "-", False, detail, 0.0)
-            for instance, detail in stub_failures(unanswering, alive_stubs, triton)
-        ],
-        progress,
-    )
+        health = stub_health(project, triton, endpoints, watch_stubs(triton), plan.repository, plan.served)
+        killed_on_purpose = _check(project, triton, plan, endpoints, report, progress, health)
+        stub_results = _stub_results(triton, report, health)
+        if health.deaths or killed_on_purpose:
+            _stop_broken_server(triton, report)
+    report.add(stub_results, progress)
     if triton.sanitizer_runtimes:
         report.add([_sanitizer_result(triton)], progress)
     return report
@@ -161,21 +170,96 @@ def _check(
     endpoints: Endpoints,
     report: SuiteReport,
     progress: SuiteProgress,
-) -> None:
+    health: StubHealth,
+) -> bool:
     """The smoke checks, then custom metrics and request parameters (after the checks, all answered, before
-    requests that fail), then the fuzzer; the server's statistics last."""
+    requests that fail), then the fuzzer; the server's statistics; last, on a server that reports a python
+    instance's health, a stub of each python model killed (whether one was)."""
     healthy = lambda: triton.running  # noqa: E731
     report.results += run_smoke(
-        plan.checks, endpoints, is_healthy=healthy, progress=progress.result, on_start=progress.check
+        plan.checks,
+        endpoints,
+        is_healthy=healthy,
+        progress=progress.result,
+        on_start=progress.check,
+        broken_models=health.after,
     )
     if triton.running:
-        _check_metrics_and_parameters(project, triton, plan, endpoints, report, progress)
+        _check_metrics_and_parameters(project, triton, plan, endpoints, report, progress, health.broken)
     if plan.fuzz_cases:
-        progress.phase(f"fuzzing: {len(plan.fuzz_cases)} requests")
-        fuzzed = run_fuzz(plan.fuzz_cases, endpoints, server_pid=triton.pid, is_healthy=healthy)
-        report.add(fuzzed.as_results(), progress)
-    if triton.running:
-        report.statistics = server_statistics(endpoints, [m.name for m in project.models])
+        _fuzz(triton, plan, endpoints, report, progress, health)
+    if not triton.running:
+        return False
+    report.statistics = server_statistics(endpoints, [m.name for m in project.models])
+    return _check_unhealthy_instances(project, plan, endpoints, report, progress, health)
+
+
+def _fuzz(
+    triton: TritonServer,
+    plan: _Plan,
+    endpoints: Endpoints,
+    report: SuiteReport,
+    progress: SuiteProgress,
+    health: StubHealth,
+) -> None:
+    """The fuzz cases of the models that are not broken (a model whose stub died only fails its requests)."""
+    cases = [case for case in plan.fuzz_cases if case.model.name not in health.broken]
+    left_out = sorted({case.model.name for case in plan.fuzz_cases} - {case.model.name for case in cases})
+    for name in left_out:
+        report.notes.append(f"the fuzzer left out {name}: {health.broken[name]}")
+    if not cases:
+        return
+    progress.phase(f"fuzzing: {len(cases)} requests")
+    fuzzed = run_fuzz(cases, endpoints, server_pid=triton.pid, is_healthy=lambda: triton.running)
+    report.add(fuzzed.as_results(), progress)
+    health.look("fuzzing", "\n".join(fuzzed.failures))
+
+
+def _check_unhealthy_instances(
+    project: Project,
+    plan: _Plan,
+    endpoints: Endpoints,
+    report: SuiteReport,
+    progress: SuiteProgress,
+    health: StubHealth,
+) -> bool:
+    """On a server that reports a python instance's health (26.03+), a stub of each python model killed and
+    the model (from 26.04 the server too) seen not ready; whether a stub was killed (none elsewhere)."""
+    release = health.server.release
+    if not plans_unhealthy_instance_checks(release, sees_stubs=health.watch is not None):
+        return False
+    models = [m for m in project.models if plan.chosen in (None, m) and m.name not in health.broken]
+    planned = [name for name, python in _served_by_python(project, models, plan) if python]
+    if not planned:
+        return False
+    progress.phase("a python stub of each model killed: the model must turn not ready")
+    named = len(project.models) > 1 and plan.chosen is None
+    checks = unhealthy_instance_checks(health.watch, planned, release, named)
+    report.results += run_smoke(checks, endpoints, progress=progress.result, on_start=progress.check)
+    return True
+
+
+def _stub_results(triton: TritonServer, report: SuiteReport, health: StubHealth) -> list[SmokeResult]:
+    """A failed result per python stub that died or hung: those the watch found (a local server), then those
+    that only the failures' text names ("Stub process '...' is not healthy": a server in a container or at
+    --url, or a stub the watch saw alive)."""
+    failures = (r.detail for r in report.results if not r.passed)
+    unanswering = [i for i in unanswering_stubs(failures) if i not in health.instances]
+    alive_stubs = triton.python_stubs() if unanswering else None
+    return health.results(STUB_CHECK) + [
+        SmokeResult(f"{STUB_CHECK} {instance}", "-", False, detail, 0.0)
+        for instance, detail in stub_failures(unanswering, alive_stubs, triton)
+    ]
+
+
+def _stop_broken_server(triton: TritonServer, report: SuiteReport) -> None:
+    """Stop a server with a dead or hung python stub at once: it never finishes unloading that model."""
+    if triton.stop(timeout=BROKEN_STOP_TIMEOUT_S) < 0:
+        report.notes.append(
+            f"the server was killed after {BROKEN_STOP_TIMEOUT_S:g} s of its shutdown: a model whose python "
+            "stub died or hung never finishes unloading (the 2.51 server waits out its 30 s exit timeout, "
+            "then exits 1)"
+        )
 
 
 def _check_metrics_and_parameters(
@@ -185,10 +269,12 @@ def _check_metrics_and_parameters(
     endpoints: Endpoints,
     report: SuiteReport,
     progress: SuiteProgress,
+    broken: dict[str, str],
 ) -> None:
     """The custom metrics the models declare against the server's statistics, and the request parameters they
-    answer back (model names in the results when the project has several models and all run)."""
-    models = [m for m in project.models if plan.chosen in (None, m)]
+    answer back (model names in the results when the project has several models and all run); not for a
+    ``broken`` model (its python stub died)."""
+    models = [m for m in project.models if plan.chosen in (None, m) and m.name not in broken]
     named = len(project.models) > 1 and plan.chosen is None
     declared = {m.name: m.metrics for m in models if m.metrics}
     if declared and triton.metrics_url is None:
@@ -211,10 +297,23 @@ def _parameter_models(project: Project, models: list[ModelEntry], repository: Pa
     found = []
     for model in models:
         [(reference, spec, config)] = load_model_specs(project, model, repository, served)
-        based = project.python_based_dir is not None and config.backend == project.backend
-        python = config.backend == "python" or based  # served by the python backend's stub
-        found.append((reference, spec, python, model.parameters))
+        found.append((reference, spec, _python_served(project, config), model.parameters))
     return found
+
+
+def _served_by_python(project: Project, models: list[ModelEntry], plan: _Plan) -> list[tuple[str, bool]]:
+    """(name, whether the python backend's stub serves it) of each of ``models``."""
+    found = []
+    for model in models:
+        [(_, _, config)] = load_model_specs(project, model, plan.repository, plan.served)
+        found.append((model.name, _python_served(project, config)))
+    return found
+
+
+def _python_served(project: Project, config) -> bool:
+    """Whether a model of ``config`` runs in the python backend's stub (python, or a python-based backend)."""
+    based = project.python_based_dir is not None and config.backend == project.backend
+    return config.backend == "python" or based
 
 
 def _sanitizer_result(triton: TritonServer) -> SmokeResult:

@@ -1,17 +1,24 @@
 """`tbgen env pack` for real: a python-backend model importing a PyPI package the server's Python lacks
 (inflection, pure Python) fails to load without its environment, with the fix named; packed, it passes `tbgen
 test` on the embedded server, and packed inside the image it passes `tbgen test --docker` and `tbgen package
---test`. An environment that does not fit the server is refused before the server starts."""
+--test`. An environment that does not fit the server is refused before the server starts. What it packs
+unpacks as the python backend of 26.06 and later unpacks it (libarchive's secure extraction)."""
 
+import contextlib
 import importlib.util
 import io
+import logging
 import tarfile
 from pathlib import Path
 
+import libarchive
 import pytest
 from conftest import new_project, replace_once, run_tbgen
+from libarchive import extract
 
+from triton_backend_gen import versions
 from triton_backend_gen.commands.doctor import check_model_imports
+from triton_backend_gen.model_config import Expectations, check_config
 from triton_backend_gen.project import load_project
 
 pytestmark = pytest.mark.slow
@@ -45,7 +52,31 @@ def config_of(project: Path) -> str:
     return (project / "model_repository" / "add_sub" / "config.pbtxt").read_text()
 
 
-def test_without_its_env_the_model_fails_naming_env_pack_and_with_it_passes(project):
+def unpack_as_python_backend(tarball: Path, into: Path, caplog) -> None:
+    """Unpack ``tarball`` into ``into`` with libarchive, as python_backend r26.06's ExtractTarFile does (its
+    four write options, data and all); every member is there afterwards, as the tarball has it, and
+    libarchive neither failed nor warned (the backend fails the load on either)."""
+    flags = (
+        extract.EXTRACT_TIME
+        | extract.EXTRACT_SECURE_NODOTDOT
+        | extract.EXTRACT_SECURE_NOABSOLUTEPATHS
+        | extract.EXTRACT_SECURE_SYMLINKS
+    )
+    into.mkdir()
+    with caplog.at_level(logging.WARNING, logger="libarchive"), contextlib.chdir(into):
+        libarchive.extract_file(str(tarball), flags)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    with tarfile.open(tarball) as tar:
+        members = tar.getmembers()
+    for member in members:
+        unpacked = into / member.name
+        assert unpacked.is_symlink() if member.issym() else unpacked.exists(), member.name
+        if member.isfile():
+            assert unpacked.stat().st_size == member.size, member.name
+    assert (into / "pyvenv.cfg").read_text().startswith("home")
+
+
+def test_without_its_env_the_model_fails_naming_env_pack_and_with_it_passes(project, tmp_path, caplog):
     failed = run_tbgen("test", cwd=project)
     assert failed.returncode == 1
     assert f"No module named '{PACKAGE}'" in failed.stderr and "tbgen env pack" in failed.stderr
@@ -56,6 +87,11 @@ def test_without_its_env_the_model_fails_naming_env_pack_and_with_it_passes(proj
     assert packed.returncode == 0, packed.stdout + packed.stderr
     assert "Python 3." in packed.stdout and "Wrote EXECUTION_ENV_PATH" in packed.stdout
     assert '"$$TRITON_MODEL_DIRECTORY/python-env.tar.gz"' in config_of(project)
+    model = project / "model_repository" / "add_sub"
+    unpack_as_python_backend(model / "python-env.tar.gz", tmp_path / "unpacked", caplog)
+    assert not list(model.glob(".tbgen-env*"))  # nothing half-written left beside it
+    secure_release = Expectations(release=versions.resolve(versions.FEATURES["secure_env_extraction"].since))
+    assert check_config(model / "config.pbtxt", secure_release) == []
     [row] = check_model_imports(load_project(project))
     assert row.status == "ok"
 

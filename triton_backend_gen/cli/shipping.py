@@ -10,7 +10,7 @@ import typer
 
 from triton_backend_gen.cli.app import app, deploy_app, env_app
 from triton_backend_gen.cli.options import ImageOption, ProjectOption, check_docker_options
-from triton_backend_gen.cli.output import Column, records, say, user_errors
+from triton_backend_gen.cli.output import Column, note, records, say, user_errors
 from triton_backend_gen.cli.running import report_tests
 from triton_backend_gen.commands.deploy import deploy_local as run_pod_spec
 from triton_backend_gen.commands.env import pack_envs
@@ -66,6 +66,8 @@ def env_pack(
             label="Packed",
             style="green",
         )
+        if result.unchecked:
+            note(result.unchecked)
         if result.config_written:
             say(
                 f"EXECUTION_ENV_PATH into {result.model}/config.pbtxt "

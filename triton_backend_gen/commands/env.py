@@ -6,16 +6,24 @@ The tarball goes beside the model's config.pbtxt (``python-env.tar.gz``), and co
 already, and said). Packed for the server `tbgen test` runs: this machine's embedded one by default (tbgen's
 Python), or with ``docker`` inside the image (default: the release's), whose python3 is then the environment's
 base.
+
+Before a tarball replaces the model's, it is unpacked the way the python backend of r26.06 on unpacks it
+(libarchive's secure extraction, ``model_config.env_archive``); one that would be refused is not kept. Without
+libarchive on this machine the tarball is kept unchecked, and ``Packed.unchecked`` says why.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from triton_backend_gen.docker_engine import default_image
-from triton_backend_gen.errors import UsageError
+from triton_backend_gen.errors import BuildError, UsageError
+from triton_backend_gen.model_config.env_archive import LibarchiveMissing, refused_entries, summarize
 from triton_backend_gen.model_config.execution_env import (
     ENV_FILE,
     MODEL_DIRECTORY,
@@ -27,6 +35,10 @@ from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.execution_envs import python_models
 from triton_backend_gen.scaffold.record import GeneratedFile, replace_file
 from triton_backend_gen.toolchain.pyenv import pack_in_image, pack_locally
+from triton_backend_gen.versions import FEATURES
+
+# The first release whose python backend unpacks environments with libarchive's secure extraction.
+_SECURE_SINCE = FEATURES["secure_env_extraction"].since
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,7 @@ class Packed:
     target: str  # "this machine" or the image
     config_written: bool  # EXECUTION_ENV_PATH was added or changed in config.pbtxt
     log_file: Path  # pip's output
+    unchecked: str = ""  # why it was not checked against the python backend's secure unpacking ("": it was)
 
 
 def pack_envs(
@@ -67,16 +80,56 @@ def pack_envs(
     target = (image or default_image(project.release)) if docker else "this machine"
     packed = []
     for entry in with_requirements:
-        output = entry.directory / ENV_FILE
         log_file = project.runtime_dir / f"env-{entry.name}.log"
         requirements = entry.directory / REQUIREMENTS
-        env = (
-            pack_in_image(requirements, output, target, log_file, project.root, on_line)
+        pack = (
+            partial(
+                pack_in_image,
+                requirements,
+                image=target,
+                log_file=log_file,
+                project_root=project.root,
+                on_line=on_line,
+            )
             if docker
-            else pack_locally(requirements, output, log_file)
+            else partial(pack_locally, requirements, log_file=log_file)
         )
-        packed.append(Packed(entry.name, env, target, _point_config_at(entry.config_file), log_file))
+        env, unchecked = pack_checked(entry.directory / ENV_FILE, entry.name, pack)
+        written = _point_config_at(entry.config_file)
+        packed.append(Packed(entry.name, env, target, written, log_file, unchecked))
     return packed
+
+
+def pack_checked(output: Path, model: str, pack: Callable[[Path], PackedEnv]) -> tuple[PackedEnv, str]:
+    """``pack`` into a hidden directory beside ``output``, then keep the tarball as ``output`` if the python
+    backend of ``_SECURE_SINCE`` and later unpacks it (or libarchive is not here to tell: the second value
+    says so); else BuildError, and ``output`` is left as it was."""
+    with tempfile.TemporaryDirectory(prefix=".tbgen-env-check-", dir=output.parent) as scratch:
+        into = Path(scratch) / output.name
+        env = pack(into)
+        unchecked = _refuse_insecure(into, model)
+        os.replace(into, output)
+    return replace(env, path=output), unchecked
+
+
+def _refuse_insecure(tarball: Path, model: str) -> str:
+    """BuildError when the python backend's secure unpacking refuses ``tarball``; why it could not be checked
+    ("" when it was)."""
+    try:
+        refused = refused_entries(tarball)
+    except LibarchiveMissing as err:
+        return (
+            f"{model}'s environment was not checked against the python backend's secure unpacking "
+            f"({_SECURE_SINCE} and later): {err.message}; {err.hint}"
+        )
+    if refused:
+        raise BuildError(
+            f"The packed environment of {model} would not unpack in the python backend of {_SECURE_SINCE} "
+            f"and later (libarchive's secure extraction): {summarize(refused)}. It was not kept.",
+            "A package installed a file outside the environment, or through a link: find it in pip's log and "
+            "pin another version in requirements.txt, then run `tbgen env pack` again.",
+        )
+    return ""
 
 
 def _point_config_at(config_file: Path) -> bool:

@@ -17,7 +17,7 @@ repository, with what the project expects).
 from triton_backend_gen.model_config.checks import check_config
 from triton_backend_gen.model_config.expectations import CONFIG_FILE, Expectations
 from triton_backend_gen.model_config.parsing import load_model_config
-from triton_backend_gen.model_config.tree import find_configs, validate_tree
+from triton_backend_gen.model_config.tree import find_configs, release_rule_findings, validate_tree
 
 __all__ = [
     "CONFIG_FILE",
@@ -25,5 +25,6 @@ __all__ = [
     "check_config",
     "find_configs",
     "load_model_config",
+    "release_rule_findings",
     "validate_tree",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from triton_backend_gen.versions import Release
+
 CONFIG_FILE = "config.pbtxt"
 
 
@@ -16,3 +18,7 @@ class Expectations:
     decoupled: bool | None = None
     gpu: bool | None = None
     gpus_visible: bool | None = None  # does this machine show a GPU to a server started here?
+    release: Release | None = None  # the Triton release it is served by (None: tbgen's default release)
+    # What a suggested tbgen command adds to name the model's project ("" from inside it, " PATH" from
+    # elsewhere); None when the model is not one of a tbgen project's.
+    project_argument: str | None = None

@@ -7,9 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from triton_backend_gen.findings import Finding
-from triton_backend_gen.model_config.checks import check_config
+from triton_backend_gen.model_config.checks import RELEASE_RULES, check_config
 from triton_backend_gen.model_config.expectations import CONFIG_FILE, Expectations
 from triton_backend_gen.project import BackendKind, Project
+from triton_backend_gen.versions import default_release
 
 _SKIPPED_DIRS = {"__pycache__", "node_modules", "_deps"}
 
@@ -40,14 +41,29 @@ def validate_tree(
     root: Path, project: Project | None = None, *, gpus_visible: bool | None = None
 ) -> list[Finding]:
     """Findings for every config under ``root``; the models ``project`` lists (the project ``root`` is in,
-    when there is one) are also checked against what it expects of them (backend, decoupled, GPU).
+    when there is one) are also checked against what it expects of them (backend, decoupled, GPU), and
+    every config against the rules of the project's release (without a project: tbgen's default release).
     ``gpus_visible=False`` warns about GPU instances, which a server on this machine would refuse."""
     root = Path(root)
     expectations = _project_expectations(project) if project is not None else {}
+    release = project.release if project is not None else default_release()
     findings: list[Finding] = []
     for config in find_configs(root):
-        expect = replace(expectations.get(config.resolve(), Expectations()), gpus_visible=gpus_visible)
-        findings.extend(check_config(config, expect))
+        expect = expectations.get(config.resolve(), Expectations())
+        findings.extend(check_config(config, replace(expect, gpus_visible=gpus_visible, release=release)))
+    return findings
+
+
+def release_rule_findings(project: Project) -> list[Finding]:
+    """The findings of the rules that change with the release (config parameters a newer server refuses) for
+    each model of ``project``, each message led by its config file (for reports that print messages
+    alone)."""
+    findings = []
+    for config, expect in _project_expectations(project).items():
+        if config.is_file():
+            for finding in check_config(config, expect, RELEASE_RULES):
+                where = f"{config.parent.name}/{config.name}" + (f":{finding.line}" if finding.line else "")
+                findings.append(replace(finding, message=f"{where}: {finding.message}"))
     return findings
 
 
@@ -63,6 +79,8 @@ def _project_expectations(project: Project) -> dict[Path, Expectations]:
             backend=model.backend or backend,
             decoupled=model.decoupled,
             gpu=gpu if model.backend is None else None,
+            release=project.release,
+            project_argument=project.path_argument(),
         )
         for model in project.models
     }

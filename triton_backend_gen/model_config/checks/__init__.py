@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from triton_backend_gen.errors import ConfigError
@@ -14,6 +15,7 @@ from triton_backend_gen.model_config.checks.model import (
     check_identity,
     check_model_directory,
 )
+from triton_backend_gen.model_config.checks.parameters import check_parameters
 from triton_backend_gen.model_config.checks.scheduling import (
     check_batching,
     check_instance_groups,
@@ -37,12 +39,18 @@ _CHECKS = (
     check_transaction_policy,
     check_expectations,
     check_model_directory,
+    check_parameters,
 )
+# The rules that change with the release serving the model (what `tbgen check` also reports).
+RELEASE_RULES = (check_parameters,)
 _NOTHING_EXPECTED = Expectations()
 
 
-def check_config(path: Path, expect: Expectations = _NOTHING_EXPECTED) -> list[Finding]:
-    """Every finding for the config at ``path``: parse errors, Triton's load-time rules, project expectations.
+def check_config(
+    path: Path, expect: Expectations = _NOTHING_EXPECTED, checks: tuple[Callable, ...] = _CHECKS
+) -> list[Finding]:
+    """Every finding for the config at ``path``: parse errors, Triton's load-time rules, project expectations
+    (``checks``: only those, e.g. RELEASE_RULES).
 
     When ``path`` is ``<model>/config.pbtxt`` inside a model repository, the directory is checked too (model
     name, version directories, model.py for the python backend, the models an ensemble calls)."""
@@ -57,6 +65,6 @@ def check_config(path: Path, expect: Expectations = _NOTHING_EXPECTED) -> list[F
         line, message = explain_parse_error(err)
         return [Finding(ERROR, message, path=path, line=line)]
     ctx = CheckContext(path, config, locate(text), expect)
-    for check in _CHECKS:
+    for check in checks:
         check(ctx)
     return sorted(ctx.findings, key=lambda f: (f.line or 0, f.severity != ERROR, f.message))

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triton_backend_gen.findings import ERROR, WARNING, Finding
+from triton_backend_gen.findings import ERROR, NOTE, WARNING, Finding
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config.expectations import CONFIG_FILE, Expectations
 from triton_backend_gen.model_config.locate import Node
+from triton_backend_gen.versions import Release, default_release
 
 model_config_pb2 = lazy_module("tritonclient.grpc.model_config_pb2")
 
@@ -57,9 +58,17 @@ class CheckContext:
     def warn(self, node: Node | int | None, message: str) -> None:
         self._add(node, message, WARNING)
 
+    def note(self, node: Node | int | None, message: str) -> None:
+        self._add(node, message, NOTE)
+
     def _add(self, node: Node | int | None, message: str, severity: str) -> None:
         line = node.line if isinstance(node, Node) else node
         self.findings.append(Finding(severity, message, path=self.path, line=line))
+
+    @property
+    def release(self) -> Release:
+        """The Triton release the model is served by: the project's, else tbgen's default release."""
+        return self.expect.release or default_release()
 
     def line_of(self, *steps: str | tuple[str, int]) -> int | None:
         """Line of the deepest node found along ``steps`` (names, or (name, index) for repeated fields)."""

@@ -37,7 +37,7 @@ def empty_path(tmp_path, monkeypatch) -> Path:
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-venv" / "python"))
-    for variable in ("CXX", "CUDA_HOME", "CUDA_PATH"):
+    for variable in ("CXX", "CUDA_HOME", "CUDA_PATH", "CMAKE"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(build, "CUDA_ROOTS", ())
     monkeypatch.delenv("CUDACXX", raising=False)

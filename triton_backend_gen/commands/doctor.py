@@ -29,7 +29,12 @@ from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.execution_envs import import_findings
 from triton_backend_gen.scaffold import get_template, read_record
 from triton_backend_gen.toolchain.build import find_nvcc, parse_nvcc_version
-from triton_backend_gen.toolchain.cmake import cmake_executable, googletest_sources, tool_on_path
+from triton_backend_gen.toolchain.cmake import (
+    CMAKE_VARIABLE,
+    cmake_executable,
+    googletest_sources,
+    tool_on_path,
+)
 from triton_backend_gen.toolchain.sources import cached_sources, missing_repositories, sources_dir
 
 docker = lazy_module("docker")
@@ -177,11 +182,17 @@ def _importable(name: str) -> bool:
 
 
 def check_cmake(release: versions.Release) -> Diagnosis:
-    fix = f"pip install 'cmake>={release.min_cmake}'"
-    cmake = cmake_executable()
-    output = _output([cmake, "--version"])
+    """The cmake every build runs ($CMAKE, else the one beside this Python, else PATH's), against the
+    release's minimum."""
+    executable = cmake_executable()
+    cmake, fix = executable, f"pip install 'cmake>={release.min_cmake}'"
+    if os.environ.get(CMAKE_VARIABLE, "").strip():
+        cmake = f"{executable} (from ${CMAKE_VARIABLE})"
+        fix = f"point ${CMAKE_VARIABLE} at a cmake >= {release.min_cmake}, or unset it"
+    output = _output([executable, "--version"])
     if output is None:
-        return Diagnosis("cmake", FAIL, "not found", fix, required=True)
+        found = f"{cmake}: not found" if cmake != executable else "not found"
+        return Diagnosis("cmake", FAIL, found, fix, required=True)
     found = _version_in(output)
     if found is None:
         return Diagnosis("cmake", FAIL, f"{cmake}: unreadable version", fix, required=True)

@@ -24,6 +24,8 @@ TRITON_REPOS = ("common", "core", "backend")
 # Debian/Ubuntu's googletest sources; Triton's common adds its unit tests and so fetches googletest.
 SYSTEM_GOOGLETEST = Path("/usr/src/googletest")
 LOG_NAME = "tbgen-build.log"
+# The environment variable naming the cmake to use (as Meson reads it too).
+CMAKE_VARIABLE = "CMAKE"
 # The configure command line of the last successful build: a valid cache for the same settings is reused.
 CONFIGURE_STAMP = "tbgen-configure.txt"
 
@@ -36,7 +38,11 @@ _GLOB_CHECK = "Re-checking globbed directories"
 
 
 def cmake_executable() -> str:
-    """The cmake to run: the one installed next to this Python (tbgen's `build` extra) or else PATH's."""
+    """The cmake to run: $CMAKE when set (a path, or a name looked up on PATH: a CMake pinned apart from
+    tbgen's), else the one installed next to this Python (tbgen's `build` extra), else PATH's."""
+    chosen = os.environ.get(CMAKE_VARIABLE, "").strip()
+    if chosen:
+        return shutil.which(chosen) or chosen
     return tool_on_path("cmake") or "cmake"
 
 
@@ -314,7 +320,8 @@ def _start_group(command: list[str], stdout, env: Mapping[str, str]) -> subproce
     except FileNotFoundError as err:
         raise BuildError(
             f"cannot run {command[0]}: {err.strerror}",
-            "Install CMake >= 3.21 (`pip install 'triton-backend-gen[build]'` brings one).",
+            "Install CMake (`pip install 'triton-backend-gen[build]'` brings one), or point "
+            f"${CMAKE_VARIABLE} at a cmake executable (`tbgen doctor` shows the one used).",
         ) from err
 
 

@@ -49,6 +49,14 @@ CPP_RESERVED = frozenset(
     """.split()
 )
 COLUMN_LIMIT = 80  # Triton's .clang-format
+# The first release of each change in Triton's code that the generated plumbing follows: tbgen's release
+# matrix (triton_backend_gen/versions.py FEATURES) holds the same, with where each was read; a test keeps the
+# two equal. Here so that plain cookiecutter, without tbgen, renders what `tbgen new` renders.
+FEATURES_SINCE = {
+    "checked_counts": "25.05",  # backend_common.h: GetElementCount/GetByteSize returning errors
+    "instance_ready": "25.12",  # core asks TRITONBACKEND_ModelInstanceReady on readiness probes
+    "python_is_ready": "26.03",  # python_backend asks a model's is_ready() on readiness probes
+}
 # decoupled-backend's example without a signature: the tensors of Triton's repeat example.
 REPEAT_INPUTS = [
     {"name": "IN", "datatype": "INT32", "dims": "-1"},
@@ -166,6 +174,16 @@ def cpp_call(indent: int, head: str, args: list, tail: str = ";") -> str:
         else:
             lines[-1] += piece
     return "\n".join([pad + head + "(", *(line.rstrip() for line in lines)])
+
+
+def release_has(triton_version: str, feature: str) -> bool:
+    """Whether release ``triton_version`` ("26.06", or a branch "r26.06") has ``feature`` (a key of
+    FEATURES_SINCE): it is that feature's first release or newer."""
+
+    def numbers(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in str(version).strip().lstrip("rR").split("."))
+
+    return numbers(triton_version) >= numbers(FEATURES_SINCE[feature])
 
 
 def split_names(text: str) -> list[str]:
@@ -317,6 +335,7 @@ class TbgenExtension(Extension):
             auto_completed=auto_completed,
             tolerance=tolerance,
             torch_forward=torch_forward,
+            release_has=release_has,
         )
         environment.filters.update(
             split_names=split_names,

@@ -56,6 +56,9 @@ def run_tbgen_new(template: str, out: Path, *extra: str) -> Path:
         ],
         check=True,
         capture_output=True,
+        # cookiecutter.json's defaults are the newest release's: compare with tbgen's own default, not the
+        # $TBGEN_TRITON_VERSION tests/conftest.py sets for offline builds
+        env={k: v for k, v in os.environ.items() if k != "TBGEN_TRITON_VERSION"},
     )
     return out / "my-backend"
 

@@ -22,7 +22,8 @@ from triton_backend_gen import signature, versions
 from triton_backend_gen.project import BackendKind, load_project
 from triton_backend_gen.scaffold import get_template, read_answers_file
 from triton_backend_gen.smoke import load_reference
-from triton_backend_gen.toolchain.cmake import run_cmake_build
+from triton_backend_gen.toolchain import symbols
+from triton_backend_gen.toolchain.cmake import cmake_build
 
 DTYPES = ["FP32", "FP16", "INT32", "INT64"]
 # Every dtype the add/sub example takes (the CUDA kernel serves DTYPES).
@@ -362,11 +363,17 @@ def test_gpu_instances_run_the_kernel_only_where_there_is_one(render_template, d
 # --------------------------------------------------------------------------- builds
 
 
-def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
+def build_and_check(project: Path, branch: str, *, gpu: bool, extra_defines: dict | None = None) -> Path:
+    """Build ``project`` for ``branch`` (warning-free, only TRITONBACKEND_* exported, the readiness entry
+    point exactly where the release's core asks it, and the symbol check saying which); returns the
+    library."""
     sources = triton_sources_or_skip(branch)
     if gpu and shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH; the gpu variant needs the CUDA toolkit")
-    install = run_cmake_build(project, project / "build", triton_sources=sources, gpu=gpu)
+    build = project / "build"
+    install = cmake_build(
+        project, build, triton_sources=sources, gpu=gpu, extra_defines=extra_defines or {}
+    ).install_dir
     library = install / "backends" / "my_backend" / "libtriton_my_backend.so"
     assert library.is_file()
     log = (project / "build" / "tbgen-build.log").read_text()
@@ -382,6 +389,12 @@ def build_and_check(project: Path, branch: str, *, gpu: bool) -> Path:
     assert exported, "the library exports nothing"
     assert all(name.startswith("TRITONBACKEND_") for name in exported), exported
     assert {"TRITONBACKEND_Initialize", "TRITONBACKEND_ModelInstanceExecute"} <= set(exported)
+    release = versions.resolve(branch)
+    ready = symbols.READY_ENTRY_POINT
+    assert (ready in exported) == release.has("instance_ready"), exported
+    [said] = [f.message for f in symbols.check_library(library, None, release) if ready in f.message]
+    verb = "exports" if release.has("instance_ready") else "does not export"
+    assert said.startswith(f"libtriton_my_backend.so {verb} {ready}") and release.container in said, said
     return library
 
 
@@ -396,15 +409,77 @@ def test_gpu_build_against_r24_10_links_the_cuda_runtime(render_template, compil
     assert "libcudart" in needed
 
 
+# Test-only sources that ask a built backend's TRITONBACKEND_ModelInstanceReady after every execution, as
+# Triton's core does on every readiness probe from r25.12, and log the answer (see readiness_probe/*).
+READINESS_PROBE = Path(__file__).resolve().parent / "readiness_probe" / "probe_readiness.cmake"
+# Its log lines, as the server quotes them: "probe_readiness: ready" or "... not ready (<code>): <message>".
+PROBED = re.compile(r'probe_readiness: (ready|not ready \((\w+)\): (.*?))"?$', re.M)
+POISON = -12345.0  # an INPUT0 value for which the test's Compute throws Unrecoverable
+
+
 @pytest.mark.cpp
 @pytest.mark.slow
-def test_default_project_builds_against_the_newest_release(render_template, compiler_cache):
-    """`tbgen new` with no --triton-version targets the newest release: that project must build, GPU on."""
-    newest = versions.newest()
-    cmake_fits_or_skip(newest)
-    project = render_template("cpp-backend", gpu=True)
-    assert f'TRITON_BACKEND_REPO_TAG "{newest.branch}"' in (project / "CMakeLists.txt").read_text()
-    build_and_check(project, newest.branch, gpu=True)
+def test_default_project_builds_against_the_default_release_and_reports_readiness(
+    render_template, compiler_cache, server_or_skip
+):
+    """`tbgen new` with no --triton-version targets the default release ($TBGEN_TRITON_VERSION, which the
+    tests set to the newest release whose sources are at hand; the newest of the matrix otherwise): that
+    project builds, GPU on where nvcc is. From r25.12 it exports TRITONBACKEND_ModelInstanceReady
+    (build_and_check).
+
+    Served by the embedded 2.51 server (backend API 1.19, as every release since 24.03), with a probe linked
+    in that asks TRITONBACKEND_ModelInstanceReady after each execution as a newer core would: the instance is
+    ready until Compute throws Unrecoverable, whose requests get the reason (UNAVAILABLE); then it reports
+    not ready with that reason, and a later request gets it without Compute running."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from triton_backend_gen.runtime import prepare_server
+
+    release = versions.default_release()
+    cmake_fits_or_skip(release)
+    gpu = shutil.which("nvcc") is not None
+    project = render_template("cpp-backend", gpu=gpu)
+    assert f'TRITON_BACKEND_REPO_TAG "{release.branch}"' in (project / "CMakeLists.txt").read_text()
+    # Your code (src/compute.cc) says the instance cannot recover when INPUT0 starts with POISON.
+    compute = project / "src" / "compute.cc"
+    body = "  const auto& a = in.INPUT0;\n"
+    assert body in compute.read_text()
+    compute.write_text(
+        compute.read_text().replace(
+            body,
+            body + f"  if (batch_size > 0 && a[0] == {POISON}f) {{\n"
+            '    throw Unrecoverable("the device was lost");\n  }\n',
+        )
+    )
+    probe = {"CMAKE_PROJECT_INCLUDE": str(READINESS_PROBE)} if release.has("instance_ready") else {}
+    build_and_check(project, release.branch, gpu=gpu, extra_defines=probe)
+    if not probe:
+        return  # no readiness entry point to ask (build_and_check saw it absent)
+    assert "probe_readiness: probing the readiness" in (project / "build" / "tbgen-build.log").read_text()
+    reference = load_reference(project)
+    served = prepare_server(load_project(project), instance_kind="cpu")
+    with served as triton, grpcclient.InferenceServerClient(triton.grpc_url) as client:
+        inputs = reference.make_inputs(1, seed=0)
+        got = grpc_infer(client, "add_sub", reference, inputs)
+        assert np.array_equal(got["OUTPUT0"], reference.compute(inputs)["OUTPUT0"])
+        poisoned = {**inputs, "INPUT0": np.full_like(inputs["INPUT0"], POISON)}
+        with pytest.raises(InferenceServerException) as failed:
+            grpc_infer(client, "add_sub", reference, poisoned)
+        with pytest.raises(InferenceServerException) as refused:
+            grpc_infer(client, "add_sub", reference, inputs)
+    log = triton.log_file.read_text()  # complete once the server has stopped (the probe logs after a reply)
+    reason = "model 'add_sub': instance 'add_sub_0_0' cannot serve requests: the device was lost"
+    for error in (failed.value, refused.value):
+        assert error.status() == "StatusCode.UNAVAILABLE" and reason in error.message(), error
+    verdicts = [
+        (match.group(1) if match.group(2) is None else match.group(2), match.group(3))
+        for match in PROBED.finditer(log)
+    ]
+    assert verdicts == [("ready", None), ("Unavailable", reason), ("Unavailable", reason)], verdicts
+    logged = [line for line in log.splitlines() if line.startswith("E") and reason in line]
+    assert len(logged) == 1, logged  # an error in the server's log, once, when it happened
 
 
 # Test-only sources that count the input bytes a built backend copies (see copy_counter/*): the generated
@@ -426,7 +501,6 @@ def test_a_contiguous_input_is_used_in_place_and_gathered_batches_are_counted(
     import tritonclient.grpc as grpcclient
 
     from triton_backend_gen.runtime import prepare_server
-    from triton_backend_gen.toolchain.cmake import cmake_build
 
     sources = triton_sources_or_skip("r24.10")
     project = render_template("cpp-backend", triton_version="24.10")

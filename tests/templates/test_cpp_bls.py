@@ -120,7 +120,7 @@ def test_bls_renders_a_router_of_the_signature(tmp_path, gpu):
         "TRITONSERVER_ServerInferAsync",
         "TRITONSERVER_InferenceRequestAppendInputData",
         "TritonServer()",
-        "RETURN_IF_ERROR(Route(model, named, &callee));",
+        "health_.Run([&] { return Route(model, named, &callee); });",  # Route through the instance's health
         'constexpr char kSelector[] = "MODEL_NAME";',
     ):
         assert needed in source, needed

@@ -138,6 +138,29 @@ def test_imports_missing_from_the_server_are_named():
     assert symbols.missing_api_symbols(imported, server | {"TRITONBACKEND_ModelInstanceReady"}) == []
 
 
+@pytest.mark.parametrize("release", ["24.10", "25.11", "25.12", "26.03", "26.04", "26.06", None])
+@pytest.mark.parametrize("exported", [True, False])
+def test_the_readiness_entry_point_is_said_with_what_it_means_for_the_release(release, exported):
+    """One note: whether the library exports TRITONBACKEND_ModelInstanceReady, and whether the release's core
+    asks it (from 25.12; the server's own readiness follows from 26.04)."""
+    target = versions.resolve(release) if release else None
+    names = ["TRITONBACKEND_Initialize", *(["TRITONBACKEND_ModelInstanceReady"] if exported else [])]
+    [finding] = symbols.readiness_findings("libtriton_x.so", names, target)
+    assert finding.severity == "note"
+    verb = "exports" if exported else "does not export"
+    assert finding.message.startswith(f"libtriton_x.so {verb} TRITONBACKEND_ModelInstanceReady")
+    if target is None:
+        return
+    assert f"Triton {target.container}" in finding.message
+    asks = target.has("instance_ready")
+    fits = {(True, True): "asks it on every readiness probe", (True, False): "readiness probes cannot see",
+            (False, True): "never calls", (False, False): "as fits"}[(asks, exported)]  # fmt: skip
+    assert fits in finding.message, finding.message
+    if asks and exported:
+        server = "and the server's" if target.has("server_ready_checks_instances") else "the server's from"
+        assert server in finding.message
+
+
 def test_ldd_not_found_lines():
     output = (
         "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibtritonserver.so => not found\n"
@@ -255,6 +278,8 @@ def test_tbgen_build_cpp_backend(tmp_path, compiler_cache, server_or_skip):
 
     check = tbgen("check", str(project))
     assert check.returncode == 0 and "OK" in check.stdout, check.stdout
+    # 24.10's core asks no backend whether an instance is ready: nothing exported, and the check says so.
+    assert "does not export TRITONBACKEND_ModelInstanceReady, as fits Triton 24.10" in check.stdout
     assert not [f for f in symbols.check_library(library, server_or_skip) if f.failed]
 
     # A Triton tag edited by hand in CMakeLists.txt: tbgen says so, and tbgen.toml's release is what is built.

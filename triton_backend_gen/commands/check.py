@@ -10,6 +10,7 @@ from pathlib import Path
 from triton_backend_gen.docker_engine import connect, default_image, ensure_image
 from triton_backend_gen.errors import BuildError, UsageError
 from triton_backend_gen.findings import CheckReport
+from triton_backend_gen.model_config import release_rule_findings
 from triton_backend_gen.project import Project
 from triton_backend_gen.toolchain.ensure_built import server_for_check
 from triton_backend_gen.toolchain.linkage import check_in_image
@@ -22,7 +23,8 @@ def check(
     target: Project | Path, server: Path | None = None, *, docker: bool = False, image: str | None = None
 ) -> CheckReport:
     """The built library of the project ``target`` (or the library file ``target`` itself), against a local
-    server, or with ``docker`` in a container of ``image`` (default: the release's NGC image)."""
+    server, or with ``docker`` in a container of ``image`` (default: the release's NGC image); for a project,
+    also its models' config parameters that its release refuses (`tbgen validate` reports them too)."""
     project = target if isinstance(target, Project) else None
     if project is None:
         library = Path(target)
@@ -38,10 +40,17 @@ def check(
                 f"{library} does not exist: the backend is not built.", f"Run `tbgen build {project.root}`."
             )
     if docker:
-        return check_in_image_of(library, project, image)
-    install, notes = server_for_check(server)
-    findings = (*check_library(library, install, project.release if project is not None else None), *notes)
-    return CheckReport(str(library), list(findings), against=install.describe() if install else "")
+        report = check_in_image_of(library, project, image)
+    else:
+        install, notes = server_for_check(server)
+        findings = (
+            *check_library(library, install, project.release if project is not None else None),
+            *notes,
+        )
+        report = CheckReport(str(library), list(findings), against=install.describe() if install else "")
+    if project is not None:
+        report.findings += release_rule_findings(project)
+    return report
 
 
 def check_in_image_of(library: Path, project: Project | None, image: str | None) -> CheckReport:
@@ -63,7 +72,7 @@ def check_in_image_of(library: Path, project: Project | None, image: str | None)
         )
         labelled = project.root if project is not None else library.parent
         findings = (
-            *export_findings(library),
+            *export_findings(library, project.release if project is not None else None),
             *check_in_image(client, image, library, backend, labelled, log_file),
         )
     return CheckReport(str(library), list(findings), against=f"the image {image}")

@@ -8,7 +8,9 @@ Three checks, on the library's dynamic symbol table and its dependencies:
 - ``ldd`` finds every library it needs, with the server's library directories on LD_LIBRARY_PATH as the
   runtime sets them and a ``libtritonserver.so`` name there (the wheel's file has a hashed name); each one
   missing is named with what needs it (``readelf -d`` of the backend and of its dependencies) and the fix;
-- (a warning) a CUDA runtime it links (``readelf -d``) is of the major version the target release ships.
+- (a warning) a CUDA runtime it links (``readelf -d``) is of the major version the target release ships;
+- (a note) whether it exports ``TRITONBACKEND_ModelInstanceReady``, the optional readiness entry point that
+  core asks from release 25.12 (``versions.FEATURES["instance_ready"]``), and whether that fits the release.
 
 The parsers and the comparisons are pure; ``check_library`` runs nm, readelf and ldd. Which server to check
 against is the caller's choice (toolchain.ensure_built finds one). The same check in a container image is
@@ -33,6 +35,7 @@ from triton_backend_gen.findings import Finding
 EXPORT_PREFIX = "TRITONBACKEND_"
 API_PREFIXES = ("TRITONBACKEND_", "TRITONSERVER_")
 SERVER_LIBRARY = "libtritonserver.so"
+READY_ENTRY_POINT = "TRITONBACKEND_ModelInstanceReady"
 
 _NM_LINE = re.compile(r"^(?:[0-9a-fA-F]+)?\s+([A-Za-z])\s+(\S+)$")
 _LDD_ARROW = re.compile(r"^\s*(\S+)\s+=>\s+(?:(not found)|(\S+))")
@@ -73,6 +76,43 @@ def missing_api_symbols(imported: list[tuple[str, str]], server_defined: set[str
     """Triton API symbols the library imports that the server's library does not define."""
     wanted = {name for kind, name in imported if kind in "Uw" and name.startswith(API_PREFIXES)}
     return sorted(wanted - server_defined)
+
+
+def readiness_findings(
+    library: str, exported: Iterable[str], release: versions.Release | None
+) -> list[Finding]:
+    """A note: whether ``library`` (a file name) exports TRITONBACKEND_ModelInstanceReady (among the names
+    ``exported``), and what that means for a server of ``release`` (None: not known)."""
+    has = READY_ENTRY_POINT in set(exported)
+    said = f"{library} {'exports' if has else 'does not export'} {READY_ENTRY_POINT}"
+    return [Finding("note", said + _readiness_meaning(has, release))]
+
+
+def _readiness_meaning(exported: bool, release: versions.Release | None) -> str:
+    """What exporting the readiness entry point (or not) means for a server of ``release``: the rest of the
+    sentence after the library's name and the verb."""
+    since = versions.FEATURES["instance_ready"].since
+    if release is None:
+        if exported:
+            return f": Triton {since} and later ask it whether an instance is ready"
+        return ": a server takes its instances as ready whenever their model is"
+    name = f"Triton {release.container}"
+    if not release.has("instance_ready"):
+        if exported:
+            return f", which {name} never calls (core asks it from {since}): the server ignores it"
+        return f", as fits {name}: its core asks no backend whether an instance is ready ({since} does)"
+    if not exported:
+        return (
+            f": {name}'s readiness probes cannot see an instance that cannot recover (`tbgen update` "
+            "regenerates the plumbing with it)"
+        )
+    server = versions.FEATURES["server_ready_checks_instances"].since
+    checks = release.has("server_ready_checks_instances")
+    scope = "and the server's" if checks else f"the server's from {server}"
+    return (
+        f": {name}'s core asks it on every readiness probe, so an instance that cannot recover fails its "
+        f"model's ready endpoint ({scope})"
+    )
 
 
 def parse_ldd_missing(output: str) -> list[str]:
@@ -149,18 +189,22 @@ def cuda_findings(library: Path, release: versions.Release) -> list[Finding]:
     ]
 
 
-def export_findings(library: Path) -> list[Finding]:
-    """An error when ``library`` exports more than the TRITONBACKEND_* entry points."""
-    extra = unexpected_exports(dynamic_symbols(library, defined=True))
+def export_findings(library: Path, release: versions.Release | None = None) -> list[Finding]:
+    """An error when ``library`` exports more than the TRITONBACKEND_* entry points; a note on its readiness
+    entry point for a server of ``release`` (see readiness_findings)."""
+    defined = dynamic_symbols(library, defined=True)
+    readiness = readiness_findings(library.name, [name for kind, name in defined if kind != "A"], release)
+    extra = unexpected_exports(defined)
     if not extra:
-        return []
+        return readiness
     shown = ", ".join(extra[:10]) + (f" and {len(extra) - 10} more" if len(extra) > 10 else "")
     return [
         Finding(
             "error",
             f"{library.name} exports symbols other than {EXPORT_PREFIX}*: {shown} "
             "(the version script should keep them local)",
-        )
+        ),
+        *readiness,
     ]
 
 
@@ -169,7 +213,10 @@ def check_library(
 ) -> list[Finding]:
     """Every problem that would stop ``server`` (None: no server at hand) loading ``library``; with
     ``release``, also a CUDA runtime of another major version than the release's image ships."""
-    findings = [*(cuda_findings(library, release) if release is not None else []), *export_findings(library)]
+    findings = [
+        *(cuda_findings(library, release) if release is not None else []),
+        *export_findings(library, release),
+    ]
     if server is not None:
         findings += _server_import_findings(library, server)
     return findings + _resolution_findings(library, server, _resolve_libraries(library, server))

@@ -94,14 +94,20 @@ FEATURES: dict[str, Feature] = {
     "checked_counts": Feature(
         "25.05",
         "GetElementCount/GetByteSize returning errors",
-        "backend utilities (backend_common.h) add overloads that report overflow; generated C++ uses them "
-        "from this release (`tbgen update` regenerates the plumbing)",
+        "backend utilities (backend_common.h) add overloads that report overflow and deprecate the old ones "
+        "in comments; nothing to do for generated C++, which calls neither",
     ),
     "instance_ready": Feature(
         "25.12",
         "TRITONBACKEND_ModelInstanceReady",
         "core asks it on every model-ready probe (optional); generated C++ backends export it from this "
         "release and report not ready after an unrecoverable error (`tbgen update`)",
+    ),
+    "python_instance_ready": Feature(
+        "25.12",
+        "python instances report their stub's health",
+        "python_backend implements TRITONBACKEND_ModelInstanceReady: a model whose stub died answers not "
+        "ready (before, the server kept answering ready: server issue #8604); `tbgen test` checks it there",
     ),
     "python_is_ready": Feature(
         "26.03",
@@ -256,7 +262,14 @@ def default_release() -> Release:
     try:
         return resolve(spec)
     except UnknownReleaseError as err:
-        raise UnknownReleaseError(f"${DEFAULT_VARIABLE}: {err}", hint=err.hint) from None
+        raise UnknownReleaseError(f"${DEFAULT_VARIABLE}: {err.message}", hint=err.hint) from None
+
+
+def update_target(current: Release) -> Release:
+    """The release `tbgen update` moves a project at ``current`` to when none is given: the default release,
+    never an older one than the project's (a site's $TBGEN_TRITON_VERSION does not downgrade a project)."""
+    target = default_release()
+    return target if version_tuple(target.container) > version_tuple(current.container) else current
 
 
 def known_releases_hint() -> str:
@@ -322,14 +335,17 @@ def _newer_than_known(lowered: str) -> str | None:
 
 
 def _newer_release_hint(branch: str) -> str:
-    """How to build against ``branch``, published after this matrix: the newest known release's facts,
-    with Triton's repositories at the newer tag."""
+    """How to build against ``branch``, published after this matrix: the newest known release's facts, with
+    Triton's repositories at the newer tag, in a build tree of its own (tbgen's build/ keeps the cached
+    sources of the project's release in its CMake cache)."""
+    tree = f"build-{branch}"
     return (
         f"A newer tbgen knows its facts. Meanwhile target the newest known release (--triton-version "
-        f"{newest().container}, or triton_version in tbgen.toml) and build against {branch} with explicit "
-        f"tags, from the project's folder: cmake --preset release -DTRITON_COMMON_REPO_TAG={branch} "
-        f"-DTRITON_CORE_REPO_TAG={branch} -DTRITON_BACKEND_REPO_TAG={branch} && cmake --build --preset "
-        "release && cmake --install build"
+        f"{newest().container}, or triton_version in tbgen.toml); a C++ project then builds against {branch} "
+        f"with explicit tags, from its folder: cmake -S . -B {tree} -DCMAKE_BUILD_TYPE=Release "
+        f"-DTRITON_COMMON_REPO_TAG={branch} -DTRITON_CORE_REPO_TAG={branch} "
+        f"-DTRITON_BACKEND_REPO_TAG={branch} && cmake --build {tree} && cmake --install {tree} --prefix "
+        f"{tree}/install"
     )
 
 

@@ -175,6 +175,13 @@ def test_env_pack_keeps_only_an_archive_that_unpacks(tmp_path):
     assert env.path == output and unchecked == "" and output.read_bytes() != before
     assert [p.name for p in tmp_path.iterdir()] == [output.name]
 
+    # a release that unpacks without the secure flags keeps it, saying what a newer one would refuse; the
+    # scratch directory is the one given (the project's build directory), left empty
+    scratch = tmp_path / "build"
+    env, said = pack_checked(output, "add_sub", bad_pack, scratch=scratch, refuse=False)
+    assert "would refuse it" in said and '"lib64/escape.py"' in said and output.read_bytes() != before
+    assert list(scratch.iterdir()) == []
+
 
 def test_outside_a_project_a_missing_archive_or_libarchive_is_a_note(tmp_path):
     config = tmp_path / "m" / "config.pbtxt"

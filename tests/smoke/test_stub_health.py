@@ -1,6 +1,6 @@
 """A python stub that dies or hangs during the smoke suite: found after the check it happened in, named with
 its model and instance, the model's remaining checks not run, the run failed and ended in time with nothing
-left running; and the decision to check, on a server of 26.03+, that such an instance turns its model not
+left running; and the decision to check, on a server of 25.12+, that such an instance turns its model not
 ready.
 
 The served tests kill (SIGKILL) or stop (SIGSTOP) a real stub of the embedded 2.51 server, which keeps
@@ -45,7 +45,7 @@ DEADLINE_S = 40  # a run whose stub died or hung ends within this (server start 
 # --- decisions ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("release", "planned"),
-    [("24.10", False), ("25.12", False), ("26.02", False), ("26.03", True), ("26.04", True), ("26.08", True)],
+    [("24.10", False), ("25.11", False), ("25.12", True), ("26.02", True), ("26.04", True), ("26.08", True)],
 )
 def test_the_unhealthy_instance_check_is_planned_where_the_server_reports_a_python_instances_health(
     release, planned

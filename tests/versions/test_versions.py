@@ -307,6 +307,7 @@ FEATURE_MARKERS = {
     "instance_ready": ("core", "include/triton/core/tritonbackend.h", "TRITONBACKEND_ModelInstanceReady("),
     "server_ready_checks_instances": ("core", "src/server.cc", "readiness evaluation"),
     "confined_batch_strategy_path": ("core", "src/backend_model.cc", "escapes model repository"),
+    "python_instance_ready": ("python_backend", "src/python_be.cc", "TRITONBACKEND_ModelInstanceReady("),
     "python_is_ready": ("python_backend", "src/pb_stub.cc", '"is_ready"'),
     "secure_env_extraction": ("python_backend", "src/pb_env.cc", "ARCHIVE_EXTRACT_SECURE_SYMLINKS"),
 }

@@ -279,9 +279,9 @@ def _say_whether_sources_are_at_hand(release: versions.Release) -> None:
         return
     note(
         f"The build needs Triton's {release.branch} sources (core, common, backend), which are not in "
-        "tbgen's cache: `tbgen build` fetches them from $TRITON_REPO_ORGANIZATION (network), or fill the "
-        f"cache first with `tbgen deps fetch --triton-version {release.container}` (an air-gapped site "
-        "registers checkouts it has with `tbgen deps add`)."
+        "tbgen's cache: `tbgen build` lets CMake clone them (network), or fill the cache first with "
+        f"`tbgen deps fetch --triton-version {release.container}` (`tbgen deps add --help`: register a copy "
+        "you have)."
     )
 
 
@@ -319,16 +319,23 @@ def check_drift(project: Path, other_options: bool) -> None:
     else:
         say(f"template: {shipped}, up to date")
     if report.release_behind:
-        say(
-            f"release: {report.release.container}; the newest tbgen knows is {report.newest.container}: "
-            "update due"
-        )
+        say(f"release: {report.release.container}; {_target_words(report.target)}: update due")
     else:
-        say(f"release: {report.release.container}, the newest tbgen knows")
+        say(f"release: {report.release.container}, {_target_words(report.target)}")
     if report.update_due:
         option = loaded.project_option()
         say(f"Next: `tbgen update --dry-run{option}`, then `tbgen update{option}`")
         raise typer.Exit(1)
+
+
+def _target_words(target: versions.Release) -> str:
+    """How the release `tbgen update` moves to was chosen, for --drift's line."""
+    if target.container == versions.newest().container:
+        return f"the newest tbgen knows is {target.container}"
+    default = versions.default_release()
+    if target.container == default.container:
+        return f"the release tbgen targets is {target.container} (${versions.DEFAULT_VARIABLE})"
+    return f"not older than the one tbgen targets, {default.container} (${versions.DEFAULT_VARIABLE})"
 
 
 @add_app.command("model")

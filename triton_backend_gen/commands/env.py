@@ -94,33 +94,56 @@ def pack_envs(
             if docker
             else partial(pack_locally, requirements, log_file=log_file)
         )
-        env, unchecked = pack_checked(entry.directory / ENV_FILE, entry.name, pack)
+        env, unchecked = pack_checked(
+            entry.directory / ENV_FILE,
+            entry.name,
+            pack,
+            scratch=project.runtime_dir,
+            refuse=project.release.has("secure_env_extraction"),
+        )
         written = _point_config_at(entry.config_file)
         packed.append(Packed(entry.name, env, target, written, log_file, unchecked))
     return packed
 
 
-def pack_checked(output: Path, model: str, pack: Callable[[Path], PackedEnv]) -> tuple[PackedEnv, str]:
-    """``pack`` into a hidden directory beside ``output``, then keep the tarball as ``output`` if the python
-    backend of ``_SECURE_SINCE`` and later unpacks it (or libarchive is not here to tell: the second value
-    says so); else BuildError, and ``output`` is left as it was."""
-    with tempfile.TemporaryDirectory(prefix=".tbgen-env-check-", dir=output.parent) as scratch:
-        into = Path(scratch) / output.name
+def pack_checked(
+    output: Path,
+    model: str,
+    pack: Callable[[Path], PackedEnv],
+    *,
+    scratch: Path | None = None,
+    refuse: bool = True,
+) -> tuple[PackedEnv, str]:
+    """``pack`` into a hidden directory under ``scratch`` (default: beside ``output``; the project's build
+    directory, so that a killed run leaves nothing in the model's directory), then keep the tarball as
+    ``output`` if the python backend of ``_SECURE_SINCE`` and later unpacks it. A tarball it would refuse is
+    a BuildError (``output`` left as it was) when ``refuse`` (the project's release unpacks that way), else
+    kept with a warning; the second value is that warning, or why libarchive could not tell ("" when
+    checked and fine)."""
+    scratch = scratch or output.parent
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tbgen-env-check-", dir=scratch) as staging:
+        into = Path(staging) / output.name
         env = pack(into)
-        unchecked = _refuse_insecure(into, model)
+        said = _refuse_insecure(into, model, refuse)
         os.replace(into, output)
-    return replace(env, path=output), unchecked
+    return replace(env, path=output), said
 
 
-def _refuse_insecure(tarball: Path, model: str) -> str:
-    """BuildError when the python backend's secure unpacking refuses ``tarball``; why it could not be checked
-    ("" when it was)."""
+def _refuse_insecure(tarball: Path, model: str, refuse: bool) -> str:
+    """BuildError when the python backend's secure unpacking refuses ``tarball`` and ``refuse``; else what to
+    say ("" when it unpacks)."""
     try:
         refused = refused_entries(tarball)
     except LibarchiveMissing as err:
         return (
             f"{model}'s environment was not checked against the python backend's secure unpacking "
             f"({_SECURE_SINCE} and later): {err.message}; {err.hint}"
+        )
+    if refused and not refuse:
+        return (
+            f"{model}'s environment unpacks in the project's release, but the python backend of "
+            f"{_SECURE_SINCE} and later would refuse it: {summarize(refused)}"
         )
     if refused:
         raise BuildError(

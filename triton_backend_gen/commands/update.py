@@ -60,9 +60,9 @@ def plan_project_update(
     settings: Mapping[str, str] | None = None,
     template_version: str | None = None,
 ) -> UpdatePlan:
-    """What `tbgen update` would do: to ``triton_version`` (default: the newest release), with ``settings``
-    (--set) over the recorded answers, with the template version tbgen ships (``template_version`` must name
-    it)."""
+    """What `tbgen update` would do: to ``triton_version`` (default: versions.update_target), with
+    ``settings`` (--set) over the recorded answers, with the template version tbgen ships
+    (``template_version`` must name it)."""
     settings = dict(settings or {})
     if "project_name" in settings:
         raise UsageError(
@@ -76,7 +76,7 @@ def plan_project_update(
             f"Drop --template-version (or give {shipped}); another template version comes with the tbgen "
             "release that ships it.",
         )
-    release = versions.resolve(triton_version) if triton_version else versions.default_release()
+    release = versions.resolve(triton_version) if triton_version else versions.update_target(project.release)
     base, reconstructed = base_record(project)
     recipe = replace(
         base.recipe, given={**base.recipe.given, **settings, "triton_version": release.container}
@@ -167,12 +167,12 @@ class Drift:
         str
     ]  # files tbgen's templates now render otherwise for the same answers and release
     release: versions.Release
-    newest: versions.Release
+    target: versions.Release  # the release `tbgen update` moves to without --triton-version
     reconstructed: bool
 
     @property
     def release_behind(self) -> bool:
-        return self.release.container != self.newest.container
+        return self.release.container != self.target.container
 
     @property
     def template_behind(self) -> bool:
@@ -204,6 +204,6 @@ def drift(project: Project) -> Drift:
         (base.recipe.template_version, shipped),
         changed,
         project.release,
-        versions.newest(),
+        versions.update_target(project.release),
         reconstructed,
     )

@@ -12,7 +12,7 @@ A stub that dies is not restarted (python_backend r24.10 to r26.06: "TODO: Imple
 answers every later request of that instance "Stub process '<instance>' is not healthy." after a second, and
 a 2.51 server (release 24.10) still reports the model READY (server issue #8604). Nor does the 24.10 server
 reap it: the stub stays a zombie, whose /proc entry keeps its wait status, until the model unloads. From
-r26.03 the server's readiness probe reaps it (StubLauncher::StubActive calls waitpid), so a stub may also be
+r25.12 the server's readiness probe reaps it (StubLauncher::StubActive calls waitpid), so a stub may also be
 simply gone.
 
 What this module calls **hung** is what /proc can tell without guessing: a stub stopped by a signal (state

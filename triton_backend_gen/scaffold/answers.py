@@ -310,7 +310,10 @@ def chosen_answers(template: Template, answers: Mapping[str, Any]) -> dict[str, 
         value = answers[option.key]
         try:
             is_default = _validate(option, value) == _validate(option, _default(option, resolved))
-        except (AnswerError, KeyError):
+        except (
+            UsageError,
+            KeyError,
+        ):  # an answer, or a default ($TBGEN_TRITON_VERSION's), that does not resolve
             is_default = False
         if not is_default:
             chosen[option.key] = value

@@ -9,9 +9,9 @@ model's readiness right then, and what a request to it got.
 
 The server's release (from its metadata, not the project's) decides what it should answer:
 
-- before 26.03 (the 2.51 server of the embedded wheel is 24.10) python_backend has no
+- before 25.12 (the 2.51 server of the embedded wheel is 24.10) python_backend has no
   TRITONBACKEND_ModelInstanceReady: the server keeps answering that the model is ready (server issue #8604);
-- from 26.03 python_backend reports an instance whose stub is gone (or whose is_ready() says no) as not
+- from 25.12 python_backend reports an instance whose stub is gone (or whose is_ready() says no) as not
   ready, so the model-ready endpoint answers false; from 26.04 the server-ready endpoint fails too. On such a
   local server the suite checks it last (it kills a stub of each python model, which that model does not
   survive): :func:`plan_unhealthy_instance_checks` decides.
@@ -40,7 +40,7 @@ httpclient = lazy_module("tritonclient.http")
 
 STUB_CHECK = "python stub"  # the name of the result about a stub that died or hung (+ its instance)
 UNHEALTHY_CHECK = "an instance made unhealthy turns the model not ready"
-READY_DEADLINE_S = 10.0  # how long a server of 26.03+ may take to answer "not ready" after a stub was killed
+READY_DEADLINE_S = 10.0  # how long a server of 25.12+ may take to answer "not ready" after a stub was killed
 PROBE_TIMEOUT_S = 10.0  # one readiness or inference request sent to find out what the server answers now
 # A 2.51 server does not unload a model whose stub died or hung: it waits out its exit timeout (30 s) and
 # exits 1. A run that found one stops it with this timeout, then kills it.
@@ -86,10 +86,10 @@ def served_release(version: str) -> ServedRelease:
 
 def plans_unhealthy_instance_checks(release: versions.Release | None, *, sees_stubs: bool) -> bool:
     """Whether the suite ends by killing a stub of each python model to see the model turn not ready: where
-    the server's ``release`` reports a python instance's health (26.03+) and this machine sees the server's
+    the server's ``release`` reports a python instance's health (25.12+) and this machine sees the server's
     stub processes (``sees_stubs``: a local server). Not on a release tbgen does not know (what it answers is
     not known), nor where the check could not kill a stub."""
-    return release is not None and release.has("python_is_ready") and sees_stubs
+    return release is not None and release.has("python_instance_ready") and sees_stubs
 
 
 def server_goes_unready(release: versions.Release) -> bool:
@@ -143,11 +143,11 @@ def _readiness_sentence(death: StubDeath) -> str:
     if not death.model_ready:
         also = " and that it is not ready itself" if death.server_ready is False else ""
         return f" {said} answers that the model is not ready{also}."
-    reports = server.release is not None and server.release.has("python_is_ready")
+    reports = server.release is not None and server.release.has("python_instance_ready")
     why = (
         ""
         if reports
-        else f" ({ISSUE_8604}: python_backend before 26.03 does not report an instance's health, so a "
+        else f" ({ISSUE_8604}: python_backend before 25.12 does not report an instance's health, so a "
         "readiness probe does not notice)"
     )
     return f" {said} still answers that the model is ready{why}."

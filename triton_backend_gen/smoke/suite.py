@@ -11,7 +11,7 @@ and **report** (the server's statistics, a python stub that stopped answering, s
 A local server's python stubs are looked at after each check (``stub_health``): a stub found dead or hung
 fails the check, its model's remaining checks are not run, the fuzzer leaves that model out, and the report
 names the model, the instance and what happened; the server is then stopped without waiting for it to unload
-that model (it never does). On a server of 26.03+ the suite ends by killing a stub of each python model to see
+that model (it never does). On a server of 25.12+ the suite ends by killing a stub of each python model to see
 the model turn not ready.
 """
 
@@ -223,7 +223,7 @@ def _check_unhealthy_instances(
     progress: SuiteProgress,
     health: StubHealth,
 ) -> bool:
-    """On a server that reports a python instance's health (26.03+), a stub of each python model killed and
+    """On a server that reports a python instance's health (25.12+), a stub of each python model killed and
     the model (from 26.04 the server too) seen not ready; whether a stub was killed (none elsewhere)."""
     release = health.server.release
     if not plans_unhealthy_instance_checks(release, sees_stubs=health.watch is not None):

@@ -30,7 +30,6 @@ from gpu_check.device import (
     sha256_of,
     tail_lines,
 )
-
 from triton_backend_gen import discovery, versions
 from triton_backend_gen.toolchain import sources
 from triton_backend_gen.toolchain.cmake import googletest_sources

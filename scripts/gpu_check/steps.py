@@ -30,7 +30,6 @@ from gpu_check.device import (
     tail_lines,
 )
 from gpu_check.state import Completed, Outcome, RunState, failed, run_step_command, slug, tbgen
-
 from triton_backend_gen import discovery
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.toolchain import sources

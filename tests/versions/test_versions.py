@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from triton_backend_gen.versions import (
     RELEASES,
     cuda_architectures_for,
     newest,
+    release_changes,
     resolve,
 )
 
@@ -331,3 +333,35 @@ def test_a_release_has_a_feature_exactly_when_its_sources_do(feature, release):
     text = _read(repo, release.branch, path)
     assert text is not None
     assert (marker in text) == release.has(feature), (feature, release.container, FEATURES[feature].since)
+
+
+def test_tbgen_versions_lists_every_release_with_what_is_new_in_it():
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_backend_gen", "versions"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if re.match(r"\d{2}\.\d{2}\s", line)}
+    assert list(rows) == [release.container for release in RELEASES]
+    assert list(rows)[0] == "24.01" and list(rows)[-1] == "26.08"
+    for release in RELEASES:
+        assert release.server_version in rows[release.container] and release.cuda in rows[release.container]
+        for feature in FEATURES.values():
+            if feature.since == release.container:
+                assert feature.what in rows[release.container], (release.container, feature.what)
+
+
+@pytest.mark.parametrize(("old", "new"), [("24.10", "26.06"), ("26.02", "26.08")])
+def test_the_release_change_table_names_every_fact_and_feature_a_move_crosses(old, new):
+    """`tbgen update` prints release_changes: every fact that differs and every feature one side has."""
+    before, after = resolve(old), resolve(new)
+    changes = {change.what: change for change in release_changes(before, after)}
+    for key, feature in FEATURES.items():
+        crossed = before.has(key) != after.has(key)
+        assert (f"{feature.what} (since {feature.since})" in changes) == crossed, key
+    assert ("CUDA" in changes) == (before.cuda != after.cuda)
+    assert ("CMake minimum" in changes) == (before.min_cmake != after.min_cmake)
+    assert all(change.action for change in changes.values())

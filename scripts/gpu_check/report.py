@@ -51,7 +51,7 @@ FACT_LABELS = {
     "glibc": "C library",
     "kernel": "kernel",
     "cpus": "CPUs",
-    "tbgen_sees_gpu": "/proc/driver/nvidia/gpus lists a GPU (tbgen's gpus_visible)",
+    "tbgen_sees_gpu": "tbgen sees a GPU (gpus_visible: /proc/driver/nvidia/gpus or /dev/nvidiaN)",
     "libcuda": "libcuda.so.1 in the loader's cache",
     "python_probe": "numpy and torch",
 }

@@ -21,7 +21,7 @@ if "PYTEST_XDIST_WORKER" in os.environ:
         os.environ.pop(name, None)
 
 
-def _newest_release_at_hand() -> str | None:
+def newest_release_at_hand() -> str | None:
     """The newest release of the matrix whose core/common/backend sources are in tbgen's cache, or None."""
     from triton_backend_gen import versions
     from triton_backend_gen.toolchain.sources import missing_repositories
@@ -33,7 +33,7 @@ def _newest_release_at_hand() -> str | None:
 # tbgen targets the newest release by default; its sources are not here (no network): the tests render and
 # build for the newest release the cache holds, as an offline site does with $TBGEN_TRITON_VERSION. A test
 # of the default itself removes the variable.
-if "TBGEN_TRITON_VERSION" not in os.environ and (_at_hand := _newest_release_at_hand()):
+if "TBGEN_TRITON_VERSION" not in os.environ and (_at_hand := newest_release_at_hand()):
     os.environ["TBGEN_TRITON_VERSION"] = _at_hand
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ suite."""
 import math
 
 import pytest
-from conftest import _newest_release_at_hand, cmake_fits_or_skip, run_tbgen, triton_sources_or_skip
+from conftest import cmake_fits_or_skip, newest_release_at_hand, run_tbgen, triton_sources_or_skip
 
 from triton_backend_gen import versions
 from triton_backend_gen.commands.templates_check import (
@@ -218,7 +218,7 @@ def _matrix_parts():
     # The newest release whose sources are at hand (26.06 here: the matrix's newest, 26.08, needs the network
     # to fetch), so that `templates check --build --triton-version <it>` runs rather than skips; it has the
     # readiness entry point (TRITONBACKEND_ModelInstanceReady) that 25.10 lacks.
-    newest = _newest_release_at_hand() or versions.newest().container
+    newest = newest_release_at_hand() or versions.newest().container
     for release in sorted({"25.10", newest}):
         yield pytest.param(release, None, id=f"{release}-representative")
 

@@ -248,7 +248,7 @@ def test_a_move_to_a_release_without_sources_here_renders_validates_and_says_wha
     assert cmake.count(f'_REPO_TAG "{newest.branch}"') == 3
     assert "difference[i] = b[i] - a[i];" in (project / "src" / "compute.cc").read_text()
     output = " ".join(result.stdout.split())
-    assert f"The build needs Triton's {newest.branch} sources" in output
+    assert f"Triton {newest.branch} sources are not in tbgen's cache" in output
     assert f"`tbgen deps fetch --triton-version {newest.container}`" in output
     assert "CUDA" in output  # the release-change table: 13.1.1 -> 13.4.1
     validated = run_tbgen("validate", cwd=project)

@@ -29,7 +29,7 @@ from triton_backend_gen.scaffold import (
     write_example_model,
 )
 from triton_backend_gen.scaffold.layering import given_answers
-from triton_backend_gen.toolchain.sources import cached_sources
+from triton_backend_gen.toolchain.sources import uncached_note
 
 if TYPE_CHECKING:
     from triton_backend_gen.scaffold.templates import Option
@@ -275,14 +275,9 @@ def _print_release_changes(old: versions.Release, new: versions.Release) -> None
 
 def _say_whether_sources_are_at_hand(release: versions.Release) -> None:
     """After a C++ project moved to ``release``: whether its build finds Triton's sources offline."""
-    if cached_sources(release.branch) is not None:
-        return
-    note(
-        f"The build needs Triton's {release.branch} sources (core, common, backend), which are not in "
-        "tbgen's cache: `tbgen build` lets CMake clone them (network), or fill the cache first with "
-        f"`tbgen deps fetch --triton-version {release.container}` (`tbgen deps add --help`: register a copy "
-        "you have)."
-    )
+    uncached = uncached_note(release)
+    if uncached:
+        note(uncached)
 
 
 def check_drift(project: Path, other_options: bool) -> None:

@@ -30,7 +30,7 @@ from triton_backend_gen.findings import Finding
 from triton_backend_gen.project import BackendKind, NativeSpec, Project
 from triton_backend_gen.toolchain.cmake import CMakeRun, cmake_build, repo_tag_defines
 from triton_backend_gen.toolchain.container_build import build_in_container
-from triton_backend_gen.toolchain.sources import cached_sources
+from triton_backend_gen.toolchain.sources import cached_sources, uncached_note
 
 BUILD_TYPES = ("Release", "Debug", "RelWithDebInfo")
 SANITIZERS = ("address", "undefined")
@@ -181,13 +181,9 @@ def build_project(
     if clean:
         _clean_build_dir(project)
     sources = cached_sources(project.release.branch)
-    if sources is None:
-        notes.append(
-            f"Triton {project.release.branch} sources are not in tbgen's cache: CMake clones them, which "
-            "needs the network. Offline: fill the cache once, online, with "
-            f"`tbgen deps fetch --triton-version {project.release.container}`, or register a copy you have "
-            "(`tbgen deps add --help`)."
-        )
+    uncached = uncached_note(project.release)
+    if uncached:
+        notes.append(uncached)
     defines = sanitizer_defines(sanitize) | repo_tag_defines(project.release.branch)
     warnings: list[str] = []
     if gpu:

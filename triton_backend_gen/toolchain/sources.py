@@ -67,6 +67,18 @@ def cached_sources(branch: str) -> Path | None:
     return None if missing_repositories(branch) else sources_dir() / branch
 
 
+def uncached_note(release: versions.Release) -> str | None:
+    """What a C++ build of ``release`` needs when its sources are not in the cache (None when they are)."""
+    if cached_sources(release.branch) is not None:
+        return None
+    return (
+        f"Triton {release.branch} sources are not in tbgen's cache: CMake clones them, which needs the "
+        "network. Offline: fill the cache once, online, with "
+        f"`tbgen deps fetch --triton-version {release.container}`, or register a copy you have "
+        "(`tbgen deps add --help`)."
+    )
+
+
 @dataclass(frozen=True)
 class CachedRelease:
     """One release branch in the cache: each repository's commit, "archive" (a tree without .git) or None."""

@@ -10,6 +10,8 @@ project (build tree, installed library, server log ...). Nothing else reads tbge
     <root>/build/install/          what it installs; backends/<backend>/libtriton_<backend>.so (``library``)
     <root>/build/sanitize/         a --sanitize build (``sanitize_build_dir``)
     <root>/build/native/           a python project's pybind11 extension (``native_build_dir``)
+    <root>/build/batching/         the models' batching strategies (``batching_build_dir``), each installed
+                                   as <model directory>/batchstrategy.so
     <root>/build/docker/<image>/   a --docker build (``docker_build_dir(image)``)
     <root>/build/tbgen/            the runtime's: backend tree, server log, run copies (``runtime_dir``)
 """
@@ -28,6 +30,17 @@ from triton_backend_gen import versions
 from triton_backend_gen.errors import ProjectError, UnknownReleaseError, UsageError
 
 PROJECT_FILE = "tbgen.toml"
+BATCH_STRATEGIES = ("single", "volume", "tokens", "custom")  # a model's batch_strategy in tbgen.toml
+# The config.pbtxt parameter of each strategy's limit (batching/<model>/decision.h reads it once, at load),
+# and of the input whose elements tokens (or a custom rule) counts: the one list of their names.
+STRATEGY_LIMITS = {
+    "volume": "MAX_BATCH_VOLUME_BYTES",
+    "tokens": "MAX_BATCH_ELEMENTS",
+    "custom": "MAX_BATCH_REQUESTS",
+}
+ELEMENTS_INPUT_PARAMETER = "BATCH_ELEMENTS_INPUT"
+BATCH_STRATEGY_LIBRARY = "batchstrategy.so"  # the name Triton looks for in a model's directory
+BATCHING_DIR = "batching"  # <root>/batching/: the CMake project of the models' batching strategies
 
 
 class BackendKind(enum.Enum):
@@ -58,10 +71,19 @@ class ModelEntry:
     metrics: tuple[str, ...] = ()  # the custom metric families it publishes (checked by tbgen test)
     # request parameters it answers back as response parameters: (name, the value it answers when absent)
     parameters: tuple[tuple[str, str], ...] = ()
+    # the dynamic batcher's include rule in batching/<name>/ (single, volume, tokens, custom; "" for Triton's
+    # own), built by `tbgen build` into <directory>/batchstrategy.so
+    batch_strategy: str = ""
 
     @property
     def config_file(self) -> Path:
         return self.directory / "config.pbtxt"
+
+    @property
+    def batch_strategy_library(self) -> Path:
+        """Where `tbgen build` installs the model's batching strategy: beside its config.pbtxt, where Triton
+        looks for batchstrategy.so (and where r26.06+ requires it)."""
+        return self.directory / BATCH_STRATEGY_LIBRARY
 
 
 @dataclass(frozen=True)
@@ -175,6 +197,20 @@ class Project:
     @property
     def native_build_dir(self) -> Path:
         return self.build_dir / "native"
+
+    @property
+    def batching_dir(self) -> Path:
+        """batching/: the CMake project of the models' batching strategies (one library per model)."""
+        return self.root / BATCHING_DIR
+
+    @property
+    def batching_build_dir(self) -> Path:
+        return self.build_dir / BATCHING_DIR
+
+    @property
+    def batched_models(self) -> tuple[ModelEntry, ...]:
+        """The models with a batching strategy of their own (batching/<model>/)."""
+        return tuple(model for model in self.models if model.batch_strategy)
 
     def docker_build_dir(self, image: str) -> Path:
         """The CMake tree of a build in ``image`` (each image gets its own)."""
@@ -297,4 +333,12 @@ def _model_entry(root: Path, repository: Path, table: dict[str, Any]) -> ModelEn
         tuple(str(name) for name in table.get("calls", ())),
         tuple(str(name) for name in table.get("metrics", ())),
         tuple((str(k), str(v)) for k, v in table.get("parameters", {}).items()),
+        _batch_strategy(table.get("batch_strategy", "")),
     )
+
+
+def _batch_strategy(value: Any) -> str:
+    """A [[models]] entry's batch_strategy (ValueError for one tbgen does not know)."""
+    if value not in ("", *BATCH_STRATEGIES):
+        raise ValueError(f"batch_strategy = {value!r} (one of {', '.join(BATCH_STRATEGIES)})")
+    return str(value)

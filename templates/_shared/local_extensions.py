@@ -10,6 +10,7 @@ cpp_names.j2 (C++ member names, calls laid out as clang-format would).
 from __future__ import annotations
 
 import keyword
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -321,6 +322,44 @@ def auto_completed(cookiecutter: Mapping[str, Any], inputs: list, outputs: list)
     return bool(cookiecutter.get("auto_complete", False)) and not undeclarable
 
 
+# ---- batching strategies (batch_strategy: batching/<model>/ and config.pbtxt's parameters)
+
+BYTES_ELEMENT = 4 + 32  # a BYTES element of the example's largest request: its length prefix and 32 bytes
+VARIABLE_DIM = 7  # the largest size reference.py's make_inputs gives a -1 dim
+BATCH_COMMENTS = {
+    "MAX_BATCH_VOLUME_BYTES": "a request joins a batch while the batch's input bytes stay within this",
+    "MAX_BATCH_ELEMENTS": "a request joins a batch while its BATCH_ELEMENTS_INPUT elements stay within this",
+    "MAX_BATCH_REQUESTS": "at most this many requests in one batch (the example rule of decision.h)",
+    "BATCH_ELEMENTS_INPUT": "the input whose elements (batch dim included) the strategy counts",
+}
+
+
+def batch_parameters(cookiecutter: Mapping[str, Any], inputs: list) -> list[tuple[str, str, str]]:
+    """config.pbtxt's parameters of the model's batching strategy, as (key, value, comment). batch_limit 0
+    sizes the limit for the example's largest request (a -1 dim as 7, a BYTES element as 4 + 32 bytes):
+    max(1, max_batch_size // 2) items of it."""
+    strategy = cookiecutter.get("batch_strategy", "none")
+    chosen = cookiecutter.get("batch_input", "") or inputs[0]["name"]
+    items = max(1, int(cookiecutter.get("max_batch_size", 0)) // 2)
+
+    def elements(tensor: Mapping[str, Any]) -> int:
+        return math.prod(VARIABLE_DIM if d == -1 else max(d, 1) for d in tensor["dims"])
+
+    item_bytes = sum(elements(t) * (t["size"] or BYTES_ELEMENT) for t in inputs)
+    defaults = {
+        "volume": ("MAX_BATCH_VOLUME_BYTES", items * item_bytes),
+        "tokens": ("MAX_BATCH_ELEMENTS", items * sum(elements(t) for t in inputs if t["name"] == chosen)),
+        "custom": ("MAX_BATCH_REQUESTS", 2),
+    }
+    found = []
+    if strategy in defaults:
+        key, default = defaults[strategy]
+        found.append((key, str(int(cookiecutter.get("batch_limit", 0) or 0) or max(1, default))))
+    if strategy == "tokens" or (strategy == "custom" and cookiecutter.get("batch_input")):
+        found.append(("BATCH_ELEMENTS_INPUT", chosen))
+    return [(key, value, BATCH_COMMENTS[key]) for key, value in found]
+
+
 class TbgenExtension(Extension):
     """Registers the globals the templates call."""
 
@@ -336,6 +375,7 @@ class TbgenExtension(Extension):
             tolerance=tolerance,
             torch_forward=torch_forward,
             release_has=release_has,
+            batch_parameters=batch_parameters,
         )
         environment.filters.update(
             split_names=split_names,

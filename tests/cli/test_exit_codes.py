@@ -44,6 +44,7 @@ CASES: dict[str, list[list[str]]] = {
     "deps add": [["--from", "no-such-dir"]],
     "deps list": [["extra"]],
     "add model": [["m"]],
+    "add batcher": [["m", "--strategy", "volume"], ["m"]],
     "add library": [["jsoncpp", "--pkg-config", "jsoncpp"]],
     "remove model": [["m"]],
     "env pack": [[]],

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import new_project, project_of, run_tbgen
 
-from triton_backend_gen.commands.dev import plan_turn, python_error_reason
+from triton_backend_gen.commands.dev import plan_turn, python_error_reason, watched_paths_filter
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,16 @@ def test_tbgen_toml_restarts_and_other_files_ask_for_nothing(cpp_project):
     assert plan_turn(project, ["add_sub"], [cpp_project / "tbgen.toml"]).restart
     ignored = [cpp_project / "README.md", cpp_project / "model_repository" / "notes.txt"]
     assert plan_turn(project, ["add_sub"], ignored).empty
+
+
+def test_a_batching_strategy_starts_the_session_over_and_its_library_is_no_save(tmp_path):
+    root = new_project(tmp_path, "python-backend", "batch_strategy=single")
+    project = project_of(root)
+    turn = plan_turn(project, ["add_sub"], [root / "batching" / "add_sub" / "decision.h"])
+    assert "batching strategy changed" in turn.restart
+    keep = watched_paths_filter(project)
+    assert not keep(None, str(root / "model_repository" / "add_sub" / "batchstrategy.so"))
+    assert keep(None, str(root / "batching" / "add_sub" / "decision.h"))
 
 
 def test_a_syntax_error_is_told_with_a_path_an_editor_opens(tmp_path):

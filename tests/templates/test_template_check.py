@@ -11,6 +11,7 @@ from triton_backend_gen import versions
 from triton_backend_gen.commands.templates_check import (
     FEATURE_KEYS,
     SIGNATURES,
+    STRATEGY_KEY,
     _variant_problems,
     build_rendered_project,
     check_rendered_project,
@@ -30,7 +31,8 @@ def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_framework
     axes = [
         o
         for o in cpp.options
-        if (o.choices or o.kind is bool) and o.key not in ("dtype", "framework", "pattern", *FEATURE_KEYS)
+        if (o.choices or o.kind is bool)
+        and o.key not in ("dtype", "framework", "pattern", STRATEGY_KEY, *FEATURE_KEYS)
     ]
     assert {o.key for o in axes} == {"gpu", "dynamic_batching"}
     dtypes = cpp.option("dtype").choices
@@ -47,12 +49,25 @@ def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_framework
         {"sequence": "direct", "dtype": "INT32"},
         {"custom_metrics": True, "request_parameters": True},
     ]
-    assert len(variants) == product + len(dtypes) - 1 + 1 + len(sequences) + 2 + len(SIGNATURES)
+    strategies = [{"batch_strategy": s} for s in ("single", "volume", "tokens", "custom")]
+    strategies.append(
+        {
+            "batch_strategy": "tokens",
+            "signature": SIGNATURES["bytes-in"].context(),
+            "model_name": "bytes_in",
+            "batch_input": "TEXT",
+        }
+    )
+    assert len(variants) == (
+        product + len(dtypes) - 1 + 1 + len(sequences) + len(strategies) + 2 + len(SIGNATURES)
+    )
     assert [v["dtype"] for v in variants[product : product + len(dtypes) - 1]] == list(dtypes[1:])
     edge = product + len(dtypes) - 1
     assert variants[edge] == {"max_batch_size": 0, "dims": "-1"}
     assert variants[edge + 1 : edge + 1 + len(sequences)] == sequences
-    assert variants[edge + 1 + len(sequences) : edge + 3 + len(sequences)] == [
+    after = edge + 1 + len(sequences)
+    assert variants[after : after + len(strategies)] == strategies
+    assert variants[after + len(strategies) : after + len(strategies) + 2] == [
         {"framework": "libtorch"},
         {"framework": "opencv-dnn"},
     ]
@@ -61,6 +76,7 @@ def test_matrix_is_the_product_of_options_then_each_dtype_the_edge_the_framework
         *variants[:product],
         {"max_batch_size": 0, "dims": "-1"},
         sequences[0],
+        {"batch_strategy": "volume"},
     ]
     python = list(option_matrix(get_template("python-backend")))
     assert {
@@ -202,8 +218,9 @@ REPRESENTATIVE = {
 # (tests/cli/test_server_commands.py).
 PARTS = 3
 # Variants that tests of their own build, smoke-test and fuzz (with the same answers, and more checks): the
-# frameworks in test_frameworks.py, bls in test_cpp_bls.py, bls-async and ensemble in test_compose.py.
-ELSEWHERE = ("framework", "pattern")
+# frameworks in test_frameworks.py, bls in test_cpp_bls.py, bls-async and ensemble in test_compose.py, the
+# batching strategies in test_batching_strategies.py.
+ELSEWHERE = ("framework", "pattern", "batch_strategy")
 
 
 def server_release_variants() -> list[dict]:

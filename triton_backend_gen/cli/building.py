@@ -63,12 +63,14 @@ def build(
         ),
     ] = None,
 ) -> None:
-    """Configure, build and install the project's backend (or native extension), then check the library."""
+    """Configure, build and install the project's backend (or native extension) and its models' batching
+    strategies (batching/), then check the libraries."""
     with user_errors(), _BuildProgress() as shown:
         check_docker_options(docker, image, gpu=False)
         sanitizers = parse_sanitizers(sanitize)
         loaded = load_project(project)
-        if model is not None and loaded.model(model).backend == "python":
+        chosen = loaded.model(model) if model is not None else None
+        if chosen is not None and chosen.backend == "python" and not chosen.batch_strategy:
             say(f"Nothing to build for {model}: Triton's python backend serves it.")
             raise typer.Exit(0)
         result = build_and_check(
@@ -87,10 +89,13 @@ def build(
         warning(text)
     for text in result.notes:
         note(text)
-    if result.artifact is None:
-        raise typer.Exit(0)
     verb = "Built" if result.work_done else "Up to date:"
-    say(f"{result.artifact}  ({result.seconds:.1f}s, log: {result.log_file})", label=verb, style="green")
+    if result.artifact is not None:
+        say(f"{result.artifact}  ({result.seconds:.1f}s, log: {result.log_file})", label=verb, style="green")
+    for library in result.batchers:
+        say(f"{library}  (batching strategy of {library.parent.name})", label=verb, style="green")
+    if result.artifact is None and not result.batchers:
+        raise typer.Exit(0)
     print_findings(result.findings)
     raise typer.Exit(1 if result.errors else 0)
 

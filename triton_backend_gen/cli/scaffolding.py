@@ -21,6 +21,7 @@ from triton_backend_gen.model_config import load_model_config
 from triton_backend_gen.model_config.importing import import_config
 from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.scaffold import (
+    add_batcher_to_project,
     add_model_to_project,
     list_templates,
     parse_set_options,
@@ -364,6 +365,45 @@ def add_model(
     for file in written:
         say(str(file), label="Wrote", style="green")
     say(f"tbgen.toml lists the new models; next: `tbgen test{load_project(project).path_argument()}`")
+
+
+@add_app.command("batcher")
+def add_batcher(
+    model: Annotated[str, typer.Argument(help="The model that gets the strategy (a model of the project).")],
+    strategy: Annotated[
+        str,
+        typer.Option(
+            "--strategy",
+            "-s",
+            help="single (one request per batch), volume (input bytes), tokens (elements of one input) or "
+            "custom (your rule in batching/MODEL/decision.h).",
+        ),
+    ],
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=0, help="The strategy's limit (bytes, elements, requests; 0: sized for the model)."
+        ),
+    ] = 0,
+    elements_input: Annotated[
+        str,
+        typer.Option("--input", help="tokens/custom: the input whose elements count (default: the first)."),
+    ] = "",
+    project: ProjectOption = Path("."),
+) -> None:
+    """Give a model a batching strategy of its own: batching/MODEL/ (a library `tbgen build` installs as the
+    model's batchstrategy.so), its parameters in config.pbtxt, batch_strategy in tbgen.toml."""
+    with user_errors():
+        loaded = load_project(project)
+        added = add_batcher_to_project(loaded, model, strategy, limit=limit, elements_input=elements_input)
+    for file in added.written:
+        say(str(file), label="Wrote", style="green")
+    for key, value in added.parameters:
+        say(f"{model}/config.pbtxt: {key} = {value}", label="Set", style="green")
+    say(
+        f"Next: `tbgen build{loaded.path_argument()}`, then `tbgen test{loaded.path_argument()}` (its check "
+        '"batching strategy" proves the batches)'
+    )
 
 
 @remove_app.command("model")

@@ -12,7 +12,7 @@ from triton_backend_gen.errors import BuildError, UsageError
 from triton_backend_gen.findings import CheckReport
 from triton_backend_gen.model_config import release_rule_findings
 from triton_backend_gen.project import Project
-from triton_backend_gen.toolchain.ensure_built import server_for_check
+from triton_backend_gen.toolchain.ensure_built import batch_strategy_findings, server_for_check
 from triton_backend_gen.toolchain.linkage import check_in_image
 from triton_backend_gen.toolchain.symbols import check_library, export_findings
 
@@ -26,19 +26,17 @@ def check(
     server, or with ``docker`` in a container of ``image`` (default: the release's NGC image); for a project,
     also its models' config parameters that its release refuses (`tbgen validate` reports them too)."""
     project = target if isinstance(target, Project) else None
+    if project is not None and not project.is_cpp:
+        return _check_batching_only(project, server, docker)
     if project is None:
         library = Path(target)
     else:
-        if not project.is_cpp:
-            raise UsageError(
-                f"{project.name} is a python project: it has no C++ backend library to check.",
-                "`tbgen check` applies to C++ backends (cpp-backend, decoupled-backend language=cpp).",
-            )
         library = project.library
         if not library.is_file():
             raise BuildError(
                 f"{library} does not exist: the backend is not built.", f"Run `tbgen build {project.root}`."
             )
+    install = None
     if docker:
         report = check_in_image_of(library, project, image)
     else:
@@ -49,8 +47,23 @@ def check(
         )
         report = CheckReport(str(library), list(findings), against=install.describe() if install else "")
     if project is not None:
+        report.findings += batch_strategy_findings(project, install)
         report.findings += release_rule_findings(project)
     return report
+
+
+def _check_batching_only(project: Project, server: Path | None, docker: bool) -> CheckReport:
+    """A python project's one kind of C++ library: its models' batching strategies."""
+    if not project.batched_models or docker:
+        raise UsageError(
+            f"{project.name} is a python project: it has no C++ backend library to check"
+            + (" in an image." if project.batched_models else ", nor a model with a batching strategy."),
+            "`tbgen check` applies to C++ backends (cpp-backend, decoupled-backend language=cpp) and to "
+            "batching strategies (batching/), which it checks against a local server.",
+        )
+    install, notes = server_for_check(server)
+    findings = [*batch_strategy_findings(project, install), *notes, *release_rule_findings(project)]
+    return CheckReport(str(project.batching_dir), findings, against=install.describe() if install else "")
 
 
 def check_in_image_of(library: Path, project: Project | None, image: str | None) -> CheckReport:

@@ -31,7 +31,7 @@ from pathlib import Path
 from triton_backend_gen.errors import BuildError, ServerError, TbgenError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config.parsing import load_model_config
-from triton_backend_gen.project import BackendKind, Project, load_project
+from triton_backend_gen.project import BATCH_STRATEGY_LIBRARY, BackendKind, Project, load_project
 from triton_backend_gen.runtime import prepare_server
 from triton_backend_gen.runtime.instance_kind import run_repository
 from triton_backend_gen.runtime.load_failures import load_failure_hints
@@ -68,6 +68,16 @@ class DevView:
         """A turn is done: every model it concerned passed or not, ``seconds`` after ``trigger``."""
 
 
+# Why a save starts the session over.
+RESTARTS = {
+    "restart": "tbgen.toml changed",
+    # Core opens a model's batching strategy with dlopen by its path (backend_model.cc); a reload of the model
+    # while its old version still holds the library would get the old code again. A fresh server opens the
+    # new build.
+    "rebatch": "a batching strategy changed (the server keeps the strategy library it opened)",
+}
+
+
 @dataclass(frozen=True)
 class Turn:
     """What a set of saved files asks for."""
@@ -75,7 +85,7 @@ class Turn:
     build: bool = False  # C++ or native sources changed: build, then reload the models the build serves
     reload: frozenset[str] = frozenset()  # models whose files changed
     check: frozenset[str] = frozenset()  # models to check (those reloaded, and all when reference.py changed)
-    restart: bool = False  # tbgen.toml changed: the project itself is another one now
+    restart: str = ""  # why the session starts over: tbgen.toml changed, or a batching strategy did
 
     @property
     def empty(self) -> bool:
@@ -94,17 +104,16 @@ def plan_turn(project: Project, served: list[str], paths: Iterable[Path]) -> Tur
     # A model that calls a reloaded one (BLS, an ensemble) is checked again too.
     check.update(m for m in served if any(name in reload for name in project.needed_by(m)))
     kinds = {what for what, _ in effects}
-    return Turn("build" in kinds, frozenset(reload), frozenset(check), "restart" in kinds)
+    restart = next((RESTARTS[what] for what in ("restart", "rebatch") if what in kinds), "")
+    return Turn("build" in kinds, frozenset(reload), frozenset(check), restart)
 
 
 def _effect(project: Project, served: list[str], path: Path) -> tuple[str, str]:
-    """What a save of ``path`` asks for: ("restart" | "build" | "reload" | "check" | "", model)."""
-    if path == project.project_file:
-        return "restart", ""
-    if any(path.is_relative_to(source) for source in _built_sources(project)):
-        return "build", ""
-    if project.python_based_dir is not None and path.is_relative_to(project.python_based_dir):
-        return "reload-all", ""  # the backend's own model.py serves every model of the backend
+    """What a save of ``path`` asks for: ("restart" | "rebatch" | "build" | "reload" | "check" | "",
+    model)."""
+    whole = _project_effect(project, path)
+    if whole:
+        return whole, ""
     if path.is_relative_to(project.model_repository):
         parts = path.relative_to(project.model_repository).parts
         return ("reload", parts[0]) if len(parts) > 1 and parts[0] in served else ("", "")
@@ -114,6 +123,20 @@ def _effect(project: Project, served: list[str], path: Path) -> tuple[str, str]:
     if path.suffix == ".py" and path.parent == project.root:  # reference.py and its siblings
         return "check-all", ""
     return "", ""
+
+
+def _project_effect(project: Project, path: Path) -> str:
+    """What a save of ``path`` asks of the whole session ("restart", "rebatch", "build", "reload-all"), or ""
+    when it concerns a model or nothing."""
+    if path == project.project_file:
+        return "restart"
+    if project.batched_models and path.is_relative_to(project.batching_dir):
+        return "rebatch"
+    if any(path.is_relative_to(source) for source in _built_sources(project)):
+        return "build"
+    if project.python_based_dir is not None and path.is_relative_to(project.python_based_dir):
+        return "reload-all"  # the backend's own model.py serves every model of the backend
+    return ""
 
 
 def _built_sources(project: Project) -> list[Path]:
@@ -130,7 +153,13 @@ def watched_paths_filter(project: Project) -> Callable[[object, str], bool]:
     """watchfiles' filter for a project: its sources, never the build tree or a cache (which the session's
     own builds and runs write)."""
     ignored = watchfiles.DefaultFilter(ignore_paths=[str(project.build_dir)])
-    return lambda change, path: ignored(change, path) and "/build/" not in path[len(str(project.root)) :]
+    return (
+        lambda change, path: (
+            ignored(change, path)
+            and "/build/" not in path[len(str(project.root)) :]
+            and not path.endswith(f"/{BATCH_STRATEGY_LIBRARY}")
+        )  # what a build installs, not a save
+    )
 
 
 @dataclass
@@ -169,11 +198,14 @@ class DevSession:
         """The first turn: build (when needed), the server, every model loaded, unit tests, quick checks."""
         started = time.monotonic()
         self.served = self._served_models()
-        built = self._build(initial=True)[0] if build_kind(self.project) else True
+        builds = build_kind(self.project) or self.project.batched_models
+        built = self._build(initial=True)[0] if builds else True
         if not built and self.project.is_cpp and not self.project.library.is_file():
             self.view.verdict(False, time.monotonic() - started, "start")
             raise RestartSession("the backend has never built", wait=True)  # no library to serve yet
-        loaded = self._start_server(built)
+        # A python project's build is only its native extension or batching strategies: what is installed from
+        # the last good build still serves.
+        loaded = self._start_server(built or not self.project.is_cpp)
         # a model that did not load or build keeps its FAIL; the others are checked
         passed = built and self._unit_tests(loaded) and self._check(loaded) and loaded == self.served
         self.view.verdict(passed, time.monotonic() - started, "start")
@@ -216,7 +248,7 @@ class DevSession:
         if turn.empty:
             return None
         if turn.restart:
-            raise RestartSession("tbgen.toml changed")
+            raise RestartSession(turn.restart)
         models = self.served if turn.build else sorted(turn.check, key=self.served.index)
         try:
             self._revive_server()
@@ -384,10 +416,13 @@ class DevSession:
 
     def _built_models(self) -> list[str]:
         """The served models a build changes: every one of a C++ project's backend, every python model of a
-        project with a native extension."""
+        project with a native extension, else those with a batching strategy."""
         if self.project.is_cpp:
             return [m for m in self.served if self._backend_of(m) == self.project.backend]
-        return list(self.served) if self.project.native is not None else []
+        if self.project.native is not None:
+            return list(self.served)
+        batched = {model.name for model in self.project.batched_models}
+        return [m for m in self.served if m in batched]
 
     def _backend_of(self, name: str) -> str:
         try:

@@ -89,6 +89,7 @@ def diagnose(
         *([check_project(project)] if project is not None else []),
         *(check_release_change(project) if project is not None else []),
         *(check_model_imports(project) if project is not None else []),
+        *(check_batching(project) if project is not None else []),
         check_cmake(target),
         check_compiler(),
         check_ninja(),
@@ -121,6 +122,20 @@ def check_project(project: Project) -> Diagnosis:
             "`tbgen update` (`tbgen check --drift` lists what you edited; your edits are kept)",
         )
     return Diagnosis("project", OK, found)
+
+
+def check_batching(project: Project) -> list[Diagnosis]:
+    """The models' batching strategies (batching/): whether they are built; a python project needs the C++
+    toolchain for them."""
+    models = project.batched_models
+    if not models:
+        return []
+    built = sum(model.batch_strategy_library.is_file() for model in models)
+    found = f"{', '.join(f'{m.name} ({m.batch_strategy})' for m in models)}: {built} of {len(models)} built"
+    if not project.is_cpp:
+        found += "; C++: this python project's `tbgen build` needs cmake, a C++17 compiler and RapidJSON"
+    fix = f"`tbgen build{project.path_argument()}`" if built < len(models) else ""
+    return [Diagnosis("batching strategies", OK if not fix else WARN, found, fix)]
 
 
 def check_release_change(project: Project) -> list[Diagnosis]:

@@ -64,6 +64,7 @@ SIGNATURES = {
 # The options of sequence models, custom metrics and request parameters: combined with care
 # (_feature_variants), not multiplied out.
 FEATURE_KEYS = ("sequence", "correlation_id", "implicit_state", "custom_metrics", "request_parameters")
+STRATEGY_KEY = "batch_strategy"  # each strategy one variant of its own (_strategy_variants)
 
 
 def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str, Any]]:
@@ -76,6 +77,7 @@ def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str
         yield from ({"dtype": choice} for choice in _other_choices(template, "dtype"))
     yield from _edge_variant(template)
     yield from _feature_variants(template, full)
+    yield from _strategy_variants(template, full)
     if full:
         yield from ({"framework": choice} for choice in _other_choices(template, "framework"))
         yield from _signature_variants(template)
@@ -84,7 +86,7 @@ def option_matrix(template: Template, *, full: bool = True) -> Iterator[dict[str
 
 def _combinations(template: Template) -> Iterator[dict[str, Any]]:
     """Every combination of the choice and boolean options that the other variants do not cover."""
-    excluded = ("dtype", "framework", "pattern", *FEATURE_KEYS)
+    excluded = ("dtype", "framework", "pattern", STRATEGY_KEY, *FEATURE_KEYS)
     axes = [(o.key, o.choices or (False, True)) for o in template.options if o.key not in excluded]
     axes = [(key, choices) for key, choices in axes if _is_axis(template, key)]
     for values in itertools.product(*(choices for _, choices in axes)):
@@ -147,6 +149,23 @@ def _feature_variants(template: Template, full: bool) -> Iterator[dict[str, Any]
     if full:
         yield {"sequence": "direct", **({"dtype": "INT32"} if template.option("dtype") else {})}
         yield {"custom_metrics": True, "request_parameters": True}
+
+
+def _strategy_variants(template: Template, full: bool) -> Iterator[dict[str, Any]]:
+    """Each batching strategy on the example (without ``full``: volume only); with ``full`` also tokens over a
+    variable-length BYTES input."""
+    option = template.option(STRATEGY_KEY)
+    if option is None:
+        return
+    yield from ({STRATEGY_KEY: choice} for choice in (option.choices[1:] if full else ["volume"]))
+    if full:
+        text = SIGNATURES["bytes-in"]
+        yield {
+            STRATEGY_KEY: "tokens",
+            "signature": text.context(),
+            "model_name": "bytes_in",
+            "batch_input": "TEXT",
+        }
 
 
 def describe(answers: dict[str, Any]) -> str:
@@ -262,13 +281,14 @@ def _server_release() -> str | None:
 def build_rendered_project(project: Project) -> tuple[list[str], str]:
     """(problems, why it was skipped): ``tbgen build`` the project, C++ from cached Triton sources only."""
     kind = build_kind(project)
-    if kind == "cpp" and cached_sources(project.release.branch) is None:
+    native_code = kind == "cpp" or bool(project.batched_models)
+    if native_code and cached_sources(project.release.branch) is None:
         return [], (
             f"Triton sources for {project.release.branch} are not cached "
             f"(`tbgen deps fetch --triton-version {project.release.container}`), so it was not built"
         )
     try:
-        result = build_and_check(project) if kind else None
+        result = build_and_check(project) if kind or project.batched_models else None
     except TbgenError as err:
         return [f"build failed: {err.message} {err.hint}".strip()], ""
     return [f"library check: {finding.message}" for finding in (result.errors if result else [])], ""

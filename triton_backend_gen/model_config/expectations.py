@@ -22,3 +22,6 @@ class Expectations:
     # What a suggested tbgen command adds to name the model's project ("" from inside it, " PATH" from
     # elsewhere); None when the model is not one of a tbgen project's.
     project_argument: str | None = None
+    batch_strategy: str | None = (
+        None  # the batching strategy tbgen.toml gives it ("": none; None: not checked)
+    )

@@ -81,6 +81,7 @@ def _project_expectations(project: Project) -> dict[Path, Expectations]:
             gpu=gpu if model.backend is None else None,
             release=project.release,
             project_argument=project.path_argument(),
+            batch_strategy=model.batch_strategy,
         )
         for model in project.models
     }

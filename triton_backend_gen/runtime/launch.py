@@ -21,6 +21,7 @@ from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime.backend_dir import assemble_backend_dir, project_backend_dir
 from triton_backend_gen.runtime.container import ContainerServer, server_mounts
+from triton_backend_gen.runtime.control_mode import control_mode_args
 from triton_backend_gen.runtime.execution_envs import check_execution_envs
 from triton_backend_gen.runtime.instance_kind import gpu_models, run_repository
 from triton_backend_gen.runtime.local import LocalServer
@@ -60,6 +61,9 @@ def prepare_server(
     options = dataclasses.replace(
         ServerOptions(model_repository=repository, log_file=work_dir / "server.log"), **overrides
     )
+    if project is not None and project.batched_models and not _controls_models(options.extra_args):
+        # The batching strategy check loads its model again with a long queue delay (smoke.batching).
+        options.extra_args += control_mode_args("explicit", project=True)[1]
     triton = (
         _container_server(project, options, image, gpu=gpu, mount=mount)
         if docker
@@ -70,6 +74,11 @@ def prepare_server(
     if project is None:
         triton.remove_on_stop += [work_dir / "backends", work_dir / "lib", work_dir / RUN_REPOSITORY]
     return triton
+
+
+def _controls_models(args: tuple[str, ...]) -> bool:
+    """Whether tritonserver ``args`` choose a model control mode already."""
+    return any(arg.startswith("--model-control-mode") for arg in args)
 
 
 def _work_dir_and_repository(target: Project | Path) -> tuple[Path, Path]:

@@ -42,6 +42,12 @@ def repository_index(http_url: str, timeout: float = 5.0) -> list[dict]:
     return _post(http_url, "/v2/repository/index", {}, timeout, "read the repository index") or []
 
 
+def refuses_model_control(err: ServerError) -> bool:
+    """Whether ``err`` (of load_model or unload_model) is the server refusing model control: Triton answers
+    "explicit model load / unload is not allowed if polling is enabled" in none and poll mode."""
+    return "is not allowed" in err.message
+
+
 def _post(http_url: str, path: str, body: dict, timeout: float, what: str):
     request = urllib_request.Request(
         f"http://{http_url}{path}", data=json.dumps(body).encode(), method="POST"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triton_backend_gen.errors import ServerError, UsageError
-from triton_backend_gen.runtime.model_control import load_model
+from triton_backend_gen.runtime.model_control import load_model, refuses_model_control
 from triton_backend_gen.runtime.server import READY, ModelState, ServerOptions, TritonServer
 
 
@@ -161,7 +161,7 @@ class RemoteServer(TritonServer):
             try:
                 load_model(self.address.http, name)
             except ServerError as err:
-                if not _refuses_model_control(err):
+                if not refuses_model_control(err):
                     raise ServerError(
                         err.message,
                         f"{err.hint} Is it serving this project's model repository (`tbgen serve` in the "
@@ -198,9 +198,3 @@ class RemoteServer(TritonServer):
 
 def _state_text(state: ModelState) -> str:
     return f"{state.state or 'not loaded'}" + (f": {state.reason}" if state.reason else "")
-
-
-def _refuses_model_control(err: ServerError) -> bool:
-    """Whether ``err`` (of runtime.model_control.load_model) is the server refusing model control: Triton
-    answers "explicit model load / unload is not allowed if polling is enabled" in none and poll mode."""
-    return "is not allowed" in err.message

@@ -24,6 +24,7 @@ from triton_backend_gen.scaffold.answers import (
     read_answers_file,
     resolve_answers,
 )
+from triton_backend_gen.scaffold.batcher import AddedBatcher, add_batcher
 from triton_backend_gen.scaffold.example_model import ExampleModel
 from triton_backend_gen.scaffold.example_model import write_example_model as _write_with
 from triton_backend_gen.scaffold.record import (
@@ -47,6 +48,7 @@ __all__ = [
     "Recipe",
     "Record",
     "Removal",
+    "add_batcher_to_project",
     "add_model_to_project",
     "get_template",
     "import_config",
@@ -124,7 +126,7 @@ def render_recipe(
         if composition is not None:
             compose.compose_into_tree(root, composition, answers, {}, fresh_project=True)
         for addition in recipe.additions:
-            compose.compose_into_project(load_project(root), addition.name, addition.template, addition.given)
+            replay(root, addition)
         records.append(record_tree(root, recipe))
         if force:
             _refuse_to_revert_edits(records[0].files, Path(target))
@@ -219,6 +221,30 @@ def add_model_to_project(
     return written
 
 
+def add_batcher_to_project(
+    project: Project, model: str, strategy: str, *, limit: int = 0, elements_input: str = ""
+) -> AddedBatcher:
+    """``tbgen add batcher``: give ``model`` of ``project`` a batching strategy (scaffold.batcher's
+    add_batcher); the generation record learns it, so that ``tbgen update`` renders it again and ``tbgen
+    remove model`` and ``tbgen check --drift`` tell its files from the user's edits."""
+    record = read_record(project.root)
+    given = {"strategy": strategy, "limit": limit, "elements_input": elements_input}
+    addition = Addition(model, None, given, kind="batcher")
+    base = _replayed(record, addition) if record is not None else None
+    added = add_batcher(project, model, strategy, limit=limit, elements_input=elements_input)
+    if base is not None:
+        write_record_atomically(project.root, base)
+    return added
+
+
+def replay(root: Path, addition: Addition) -> None:
+    """Run ``addition`` (a `tbgen add model` or `tbgen add batcher` run) again on the project at ``root``."""
+    if addition.kind == "batcher":
+        add_batcher(load_project(root), addition.name, **addition.given)
+    else:
+        compose.compose_into_project(load_project(root), addition.name, addition.template, addition.given)
+
+
 def _replayed(record: Record, addition: Addition) -> Record | None:
     """``record`` with ``addition`` replayed on the files it holds; None when it cannot be (the project was
     grown by hand in a way the addition depends on: its files then count as the user's)."""
@@ -227,7 +253,7 @@ def _replayed(record: Record, addition: Addition) -> Record | None:
         for relative, file in record.files.items():
             write_file(root / relative, file)
         try:
-            compose.compose_into_project(load_project(root), addition.name, addition.template, addition.given)
+            replay(root, addition)
         except TbgenError:
             return None
         return Record(record.recipe.with_additions(addition), read_tree(root))

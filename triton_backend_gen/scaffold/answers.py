@@ -425,6 +425,7 @@ def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
         )
     given = signature.from_context(answers.get("signature"))
     python = template.name == "python-backend" or answers.get("language") == "python"
+    _check_batch_strategy(answers, given)
     _check_sequence(answers, given, python)
     if answers.get("sequence", "none") != "none":
         return
@@ -438,6 +439,69 @@ def check_consistency(template: Template, answers: Mapping[str, Any]) -> None:
             "instance_kind KIND_GPU needs a GPU build, but gpu is off.",
             "Pass --gpu, or keep --set instance_kind=KIND_CPU.",
         )
+
+
+def _check_batch_strategy(answers: Mapping[str, Any], given: signature.Signature | None) -> None:
+    """AnswerError when a batching strategy (batch_strategy, batch_limit, batch_input) cannot be wired: Triton
+    refuses one beside sequence batching, and it decides only the batches of a dynamic batcher."""
+    strategy = answers.get("batch_strategy", "none")
+    if strategy == "none":
+        for key, unset in (("batch_limit", 0), ("batch_input", "")):
+            if answers.get(key, unset) != unset:
+                raise AnswerError(
+                    f"{key} sets up a batching strategy, and batch_strategy is none.",
+                    f"Add --set batch_strategy=tokens (or volume, custom), or drop --set {key}.",
+                )
+        return
+    problem = _batch_strategy_problem(answers)
+    if problem:
+        raise AnswerError(f"batch_strategy={strategy}: {problem[0]}", problem[1])
+    inputs = (
+        [t.name for t in given.inputs]
+        if given is not None
+        else [answers.get("input0_name", "INPUT0"), answers.get("input1_name", "INPUT1")]
+    )
+    chosen = answers.get("batch_input", "")
+    if chosen and (strategy not in ("tokens", "custom") or chosen not in inputs):
+        raise AnswerError(
+            f"batch_input={chosen!r} names the input whose elements tokens (or custom) counts; "
+            + (
+                f"the model's inputs are {', '.join(inputs)}."
+                if strategy in ("tokens", "custom")
+                else f"batch_strategy={strategy} counts none."
+            ),
+            f"Example: --set batch_strategy=tokens --set batch_input={inputs[0]}",
+        )
+
+
+def _batch_strategy_problem(answers: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(problem, fix) when the model cannot take a batching strategy, else None."""
+    if answers.get("sequence", "none") != "none":
+        return (
+            "Triton refuses a batching strategy beside sequence batching (the model's load fails).",
+            "Drop --set sequence, or --set batch_strategy.",
+        )
+    if int(answers.get("max_batch_size", 0)) < 1:
+        return (
+            "a model with max_batch_size 0 forms no batches for a strategy to decide.",
+            "Use --set max_batch_size=8, or drop --set batch_strategy.",
+        )
+    if not answers.get("dynamic_batching", True):
+        return (
+            "the strategy decides the batches of Triton's dynamic batcher, and dynamic_batching is off.",
+            "Drop --set dynamic_batching=no.",
+        )
+    if answers.get("pattern", "none") != "none":
+        return (
+            "a BLS router forwards each request as it comes; its callees are the models that batch.",
+            "Drop --set batch_strategy; in the project, `tbgen add batcher` gives a callee one.",
+        )
+    if int(answers.get("batch_limit", 0)) < 0:
+        return (
+            "batch_limit must be 0 (sized for the example's requests) or more.",
+            "Example: --set batch_limit=4096",
+        )
+    return None
 
 
 def _check_cmake_minimum(answers: Mapping[str, Any]) -> None:

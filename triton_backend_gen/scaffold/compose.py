@@ -574,6 +574,7 @@ def compose_into_project(
     ``project``; returns the files written. Only new files are written, and tbgen.toml gains their entries;
     nothing is written when anything fails."""
     spec = get_template(template or project.template)
+    _refuse_strategy(project, name, given)
     composition, rest = plan(spec.name, {**given, "model_name": name})
     if composition is None and any(m.name == name for m in project.models):
         raise UsageError(f"{project.name} has a model {name!r} already.", "Choose another name.")
@@ -581,6 +582,7 @@ def compose_into_project(
         spec,
         {
             **_project_answers(project, spec),
+            **{key: value for key, value in NO_STRATEGY.items() if spec.option(key) is not None},
             **rest,
             "project_name": project.name,
             "backend_name": project.backend,
@@ -598,6 +600,21 @@ def compose_into_project(
         written = _grow_staging(project, staging, composition, answers, existing, spec, name)
         _check_library_tensors(project, staging, written, AddCommand(name, template, dict(given)))
         return _copy_into_project(project, staging, written)
+
+
+# A model `tbgen add model` adds has Triton's own batching, whatever strategy the project's model has.
+NO_STRATEGY = {"batch_strategy": "none", "batch_limit": 0, "batch_input": ""}
+
+
+def _refuse_strategy(project: Project, name: str, given: Mapping[str, Any]) -> None:
+    """UsageError for a batching strategy given to `tbgen add model`: `tbgen add batcher` gives one."""
+    strategy = str(given.get("batch_strategy", "none"))
+    if strategy != "none" or any(key in given for key in ("batch_limit", "batch_input")):
+        raise UsageError(
+            "`tbgen add model` adds a model with Triton's own batching; a strategy of its own comes after.",
+            f"Drop --set batch_*, then: `tbgen add batcher {name} --strategy "
+            f"{strategy if strategy != 'none' else 'volume'}{project.project_option()}`",
+        )
 
 
 def _project_answers(project: Project, spec: Template) -> dict[str, Any]:
@@ -678,7 +695,7 @@ def _check_served_by(project: Project, spec: Template, answers: Mapping[str, Any
         key
         for key, value in answers.items()
         if key in project.answers
-        and key not in ("model_name", "project_name", "backend_name")
+        and key not in ("model_name", "project_name", "backend_name", *NO_STRATEGY)  # a model's own batching
         and project.answers[key] != value
     )
     if differ:

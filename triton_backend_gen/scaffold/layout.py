@@ -19,7 +19,7 @@ USER_LINES_LIMIT = 150  # non-blank lines of all the user's source files of a te
 COMMENT_SHARE = 0.25  # the least share of comment lines in generated C++
 SOURCE_SUFFIXES = frozenset({".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh", ".py"})
 CPP_SUFFIXES = frozenset({".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh"})
-SOURCE_DIRS = ("src", "model_repository", "backends", "native")
+SOURCE_DIRS = ("src", "model_repository", "backends", "native", "batching")
 
 
 def is_generated(text: str) -> bool:

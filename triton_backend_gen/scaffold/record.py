@@ -39,11 +39,13 @@ class GeneratedFile:
 
 @dataclass(frozen=True)
 class Addition:
-    """One `tbgen add model` run: replayed on every later rendering of the project."""
+    """One `tbgen add model` run (or, ``kind`` "batcher", one `tbgen add batcher` run: ``name`` the model,
+    ``given`` its strategy, limit and elements input): replayed on every later rendering of the project."""
 
     name: str
     template: str | None
     given: dict[str, Any]
+    kind: str = "model"
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class Recipe:
             "template": self.template,
             "template_version": self.template_version,
             "given": self.given,
-            "additions": [{"name": a.name, "template": a.template, "given": a.given} for a in self.additions],
+            "additions": [_addition_json(a) for a in self.additions],
             "carried": list(self.carried),
             "releases": list(self.releases),
         }
@@ -87,12 +89,19 @@ class Recipe:
             template_version=data["template_version"],
             given=dict(data["given"]),
             additions=tuple(
-                Addition(a["name"], a.get("template"), dict(a["given"])) for a in data.get("additions", [])
+                Addition(a["name"], a.get("template"), dict(a["given"]), a.get("kind", "model"))
+                for a in data.get("additions", [])
             ),
             carried=tuple(data.get("carried", [])),
             releases=tuple(data.get("releases", [])),
             tbgen_version=data.get("tbgen_version", "unknown"),
         )
+
+
+def _addition_json(addition: Addition) -> dict[str, Any]:
+    """An addition as the recipe's JSON holds it (``kind`` only when it is no model: older records read)."""
+    data = {"name": addition.name, "template": addition.template, "given": addition.given}
+    return data if addition.kind == "model" else {**data, "kind": addition.kind}
 
 
 @dataclass(frozen=True)

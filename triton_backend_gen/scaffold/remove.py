@@ -1,11 +1,12 @@
 """``tbgen remove model``: take back what ``tbgen add model`` added.
 
-What goes: the model's directory under the model repository, its reference under references/ and its
-[[models]] entry in tbgen.toml. A composed model (``tbgen add model r --pattern bls --set callees=a,b``) goes
-with the models that addition created (a and b where the project lacked them), except one that a model staying
-in the project still calls. The generation record forgets them as well (their files, their entries in the
-recorded tbgen.toml and the addition in its recipe), so that ``tbgen check --drift`` does not count them as
-deleted by the user and ``tbgen update`` does not bring them back.
+What goes: the model's directory under the model repository, its batching strategy's under batching/ (``tbgen
+add batcher``), its reference under references/ and its [[models]] entry in tbgen.toml. A composed model
+(``tbgen add model r --pattern bls --set callees=a,b``) goes with the models that addition created (a and b
+where the project lacked them), except one that a model staying in the project still calls. The generation
+record forgets them as well (their files, their entries in the recorded tbgen.toml and the addition in its
+recipe), so that ``tbgen check --drift`` does not count them as deleted by the user and ``tbgen update`` does
+not bring them back.
 
 Refused, with nothing changed: a model others call; the project's last model; the template's models, which
 ``tbgen new`` made, the project's code is generated for, and ``tbgen update`` renders again; a callee that
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_backend_gen.errors import ScaffoldError, TbgenError, UsageError
-from triton_backend_gen.project import PROJECT_FILE, Project, model_tables
+from triton_backend_gen.project import BATCH_STRATEGY_LIBRARY, PROJECT_FILE, Project, model_tables
 from triton_backend_gen.scaffold import compose, model_entries
 from triton_backend_gen.scaffold.record import (
     RECORD_FILE,
@@ -174,7 +175,7 @@ def _owners(recipe: Recipe, recorded: list[str]) -> dict[str, str | None]:
         )
         made: list[str] = [composition.top, *composition.callees] if composition else recorded[:1]
         owners: dict[str, str | None] = dict.fromkeys(made)
-        for addition in recipe.additions:
+        for addition in (a for a in recipe.additions if a.kind == "model"):  # a batcher makes no model
             composition, _ = compose.plan(
                 addition.template or recipe.template, {**addition.given, "model_name": addition.name}
             )
@@ -209,11 +210,13 @@ def _still_called(project: Project, name: str, leaving: list[str]) -> dict[str, 
 
 
 def _files(project: Project, models: list[str]) -> list[Path]:
-    """The files of ``models``: everything under their directories, and their references (one no staying model
-    shares, and never the project's reference.py)."""
+    """The files of ``models``: everything under their directories (in the model repository, and their
+    batching strategies' in batching/), and their references (one no staying model shares, and never the
+    project's reference.py)."""
     files: list[Path] = []
     for model in models:
-        files += _directory_entries(project.model_repository / model)
+        for directory in (project.model_repository / model, project.batching_dir / model):
+            files += _directory_entries(directory) if directory.is_dir() else []
     staying = {m.reference for m in project.models if m.name not in models}
     for entry in project.models:
         if entry.name in models and _own_reference(project, entry.reference, staying):
@@ -268,7 +271,7 @@ def _check_unedited(
 def _named_if_yours(path: Path, relative: str, generated: GeneratedFile | None) -> str | None:
     """``path`` (``relative`` to the root, recorded as ``generated``) named with why it counts as the user's;
     None when it is as tbgen wrote it (or Python's leftovers, which are nobody's)."""
-    if _LEFTOVERS in path.parts:
+    if _LEFTOVERS in path.parts or path.name == BATCH_STRATEGY_LIBRARY:  # a build's output, nobody's edit
         return None
     if path.is_dir() and not path.is_symlink():
         return f"{relative}/ (an empty directory tbgen did not make)"
@@ -312,13 +315,14 @@ def _forget(record: Record, project: Project, name: str, models: list[str]) -> R
 
 def _goes_with(record: Record, project: Project, models: list[str]) -> Callable[[str], bool]:
     """Whether a recorded file (its path relative to the root) goes with ``models``: one under their
-    directories, or the reference of one of them."""
-    repository = _relative(project, project.model_repository)
+    directories (batching/ too), or the reference of one of them."""
+    directories = [_relative(project, top) for top in (project.model_repository, project.batching_dir)]
     entries = _recorded_entries(record)
     references = {str(entries[m]["reference"]) for m in models if m in entries and "reference" in entries[m]}
 
     def gone(relative: str) -> bool:
-        return relative in references or any(relative.startswith(f"{repository}/{m}/") for m in models)
+        under = (relative.startswith(f"{top}/{m}/") for top in directories for m in models)
+        return relative in references or any(under)
 
     return gone
 
@@ -373,8 +377,10 @@ def _commit(
 
 
 def _paths_to_move(project: Project, models: list[str], files: list[Path]) -> list[Path]:
-    """What ``_commit`` moves aside: the models' directories whole, and those of ``files`` outside them."""
-    directories = [project.model_repository / m for m in models if (project.model_repository / m).exists()]
+    """What ``_commit`` moves aside: the models' directories whole (batching/'s too), and those of ``files``
+    outside them."""
+    tops = (project.model_repository, project.batching_dir)
+    directories = [top / m for m in models for top in tops if (top / m).exists()]
     return directories + [f for f in files if not any(d in f.parents for d in directories)]
 
 

@@ -6,7 +6,9 @@ reference.py; before the server starts, so that a broken reference.py fails at o
 tensors to the backend's auto-complete, when only the loaded server knows them), **serve** (start the server,
 every model ready, the load time measured), **check** (the smoke checks, then custom metrics and request
 parameters, which need the checks' requests answered first, then the fuzzer, which sends requests that fail),
-and **report** (the server's statistics, a python stub that stopped answering, sanitizer reports).
+and **report** (the server's statistics, a python stub that stopped answering, sanitizer reports). A model
+with a batching strategy of its own is checked after the statistics were read (smoke.batching loads it
+again).
 
 A local server's python stubs are looked at after each check (``stub_health``): a stub found dead or hung
 fails the check, its model's remaining checks are not run, the fuzzer leaves that model out, and the report
@@ -30,6 +32,7 @@ from triton_backend_gen.runtime.sanitizers import sanitizer_reports
 from triton_backend_gen.runtime.server import TritonServer
 from triton_backend_gen.runtime.stub_watch import watch_stubs
 from triton_backend_gen.signals import stop_on_signals
+from triton_backend_gen.smoke.batching import batching_strategy_results
 from triton_backend_gen.smoke.checks import plan_smoke, served_configs
 from triton_backend_gen.smoke.clients import Endpoints, server_statistics
 from triton_backend_gen.smoke.fuzz import plan_fuzz, run_fuzz
@@ -191,6 +194,7 @@ def _check(
     if not triton.running:
         return False
     report.statistics = server_statistics(endpoints, [m.name for m in project.models])
+    _check_batching_strategies(project, triton, plan, endpoints, report, progress, health)
     return _check_unhealthy_instances(project, plan, endpoints, report, progress, health)
 
 
@@ -290,6 +294,34 @@ def _check_metrics_and_parameters(
         progress.phase("request parameters")
         answering = _parameter_models(project, with_parameters, plan.repository, plan.served)
         report.add(request_parameters_results(endpoints, answering, named), progress)
+
+
+def _check_batching_strategies(
+    project: Project,
+    triton: TritonServer,
+    plan: _Plan,
+    endpoints: Endpoints,
+    report: SuiteReport,
+    progress: SuiteProgress,
+    health: StubHealth,
+) -> None:
+    """Each model's batching strategy against the batches the server forms (smoke.batching): after the
+    server's statistics were read, since the check loads the model again (which starts them over, and gives a
+    python model new stubs: the watch forgets the old ones)."""
+    models = [m for m in project.batched_models if plan.chosen in (None, m) and m.name not in health.broken]
+    if not models or not triton.running:
+        return
+    progress.phase("batching strategies: the batches the server forms against each strategy's rule")
+    checked = []
+    for model in models:
+        [(reference, spec, _config)] = load_model_specs(project, model, plan.repository, plan.served)
+        checked.append((reference, spec, model.batch_strategy))
+    named = len(project.models) > 1 and plan.chosen is None
+    results, notes = batching_strategy_results(checked, endpoints, triton.log_file, named)
+    if health.watch is not None:
+        health.watch.forget([m.name for m in models])
+    report.add(results, progress)
+    report.notes += notes
 
 
 def _parameter_models(project: Project, models: list[ModelEntry], repository: Path, served) -> list[tuple]:

@@ -4,6 +4,8 @@
                                      backends/<backend>/libtriton_<backend>.so
     python project with [native]     <project>/build/native (CMake), the module installed into
     [native].install_dir python project without [native]  nothing to build
+    models with a batch_strategy     <project>/build/batching (CMake, batching/), each installed as
+                                     <model directory>/batchstrategy.so (any project)
 
 Triton's sources come from tbgen's source cache when it holds the project's release (an offline build),
 else CMake's FetchContent clones them. A build whose cache is valid is not configured again, so a second
@@ -13,6 +15,7 @@ toolchain.ensure_built's, which combines this stage with toolchain.symbols.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -58,6 +61,9 @@ class BuildResult:
     findings: tuple[Finding, ...] = ()  # the library's check (toolchain.symbols), for C++ libraries
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # what may break where the backend runs (a CUDA the release does not ship)
+    batchers: tuple[
+        Path, ...
+    ] = ()  # the models' batching strategies installed (<model dir>/batchstrategy.so)
 
     @property
     def errors(self) -> list:
@@ -160,7 +166,7 @@ def build_project(
     docker: bool = False,
     image: str | None = None,
 ) -> BuildResult:
-    """Build ``project`` (see the module docstring).
+    """Build ``project`` (see the module docstring), then its models' batching strategies (build_batching).
 
     ``sanitize`` (C++ only) builds in <project>/build/sanitize with those sanitizers and installs that
     library; the runtime preloads the sanitizer runtimes whenever it serves such a library. ``docker`` builds
@@ -172,12 +178,38 @@ def build_project(
     started = time.monotonic()
     if kind is None:
         note = f"{project.name} is a python project without a native extension: nothing to build."
-        return BuildResult(project, None, 0.0, False, notes=(note,))
-    if kind == "native":
-        return _build_native(project, build_type, jobs, clean, progress, started)
+        result = BuildResult(project, None, 0.0, False, notes=() if project.batched_models else (note,))
+    elif kind == "native":
+        result = _build_native(project, build_type, jobs, clean, progress, started)
+    elif docker:
+        notes = tag_disagreements(project)
+        result = _build_in_container(project, image, gpu, build_type, jobs, clean, progress, started, notes)
+    else:
+        result = _build_cpp(project, gpu, build_type, jobs, clean, progress, sanitize)
+    batching = build_batching(project, build_type=build_type, jobs=jobs, clean=clean, progress=progress)
+    if batching is None:
+        return result
+    return dataclasses.replace(
+        result,
+        seconds=time.monotonic() - started,
+        work_done=result.work_done or batching.work_done,
+        log_file=result.log_file or batching.log_file,
+        batchers=tuple(model.batch_strategy_library for model in project.batched_models),
+    )
+
+
+def _build_cpp(
+    project: Project,
+    gpu: bool,
+    build_type: str,
+    jobs: int | None,
+    clean: bool,
+    progress: Progress | None,
+    sanitize: tuple[str, ...],
+) -> BuildResult:
+    """The C++ backend, built here (into build/, or build/sanitize with ``sanitize``)."""
+    started = time.monotonic()
     notes = tag_disagreements(project)
-    if docker:
-        return _build_in_container(project, image, gpu, build_type, jobs, clean, progress, started, notes)
     if clean:
         _clean_build_dir(project)
     sources = cached_sources(project.release.branch)
@@ -199,6 +231,58 @@ def build_project(
         notes=tuple(notes),
         warnings=tuple(warnings),
     )
+
+
+def build_batching(
+    project: Project,
+    *,
+    build_type: str = "Release",
+    jobs: int | None = None,
+    clean: bool = False,
+    progress: Progress | None = None,
+) -> CMakeRun | None:
+    """The batching strategies of the project's models: batching/ (a CMake project of its own, one library
+    per model directory in it) built into build/batching and installed as <model directory>/batchstrategy.so,
+    where Triton looks for it (and where r26.06+ requires it). None when no model has a strategy. Built here
+    also for a python project (the C++ toolchain is then needed: `tbgen doctor` says so) and for --docker
+    (the library needs nothing but the server's own API)."""
+    models = project.batched_models
+    if not models:
+        return None
+    if not (project.batching_dir / "CMakeLists.txt").is_file():
+        raise BuildError(
+            f"tbgen.toml gives {', '.join(m.name for m in models)} a batch_strategy, and "
+            f"{project.batching_dir / 'CMakeLists.txt'} is missing.",
+            "Restore batching/ from version control, or remove batch_strategy from those [[models]] entries.",
+        )
+    if clean:
+        shutil.rmtree(project.batching_build_dir, ignore_errors=True)
+    defines = repo_tag_defines(project.release.branch) | {
+        "BATCHING_MODEL_REPOSITORY": str(project.model_repository),
+        # only the models tbgen.toml gives a strategy: a directory left of a removed model builds nothing
+        "BATCHING_MODELS": ";".join(model.name for model in models),
+    }
+    sources = cached_sources(project.release.branch)
+    try:
+        run = cmake_build(
+            project.batching_dir,
+            project.batching_build_dir,
+            triton_sources=sources,
+            gpu=False,
+            build_type=build_type,
+            jobs=jobs,
+            extra_defines=defines,
+            progress=progress,
+        )
+    except BuildError as err:
+        raise _uncached_error(project, sources, err) from err
+    missing = [model.name for model in models if not model.batch_strategy_library.is_file()]
+    if missing:
+        raise BuildError(
+            f"The build of batching/ succeeded but installed no batchstrategy.so for {', '.join(missing)}.",
+            f"Each of them needs batching/<model>/batcher.cc; see the log: {run.log_file}",
+        )
+    return run
 
 
 def check_build_options(project: Project, kind: str | None, sanitize: tuple[str, ...], docker: bool) -> None:
@@ -255,17 +339,21 @@ def _cmake_build_cpp(
             progress=progress,
         )
     except BuildError as err:
-        if sources is None and "clone" in err.message.lower():
-            raise BuildError(
-                err.message,
-                _UNCACHED_HINT.format(branch=project.release.branch, release=project.release.container),
-            ) from err
-        raise
+        raise _uncached_error(project, sources, err) from err
     if not project.library.is_file():
         raise BuildError(
             f"The build succeeded but did not install {project.library}.", f"See the log: {run.log_file}"
         )
     return run
+
+
+def _uncached_error(project: Project, sources: Path | None, err: BuildError) -> BuildError:
+    """``err``, with the commands that fill the source cache when it is CMake failing to clone Triton's
+    sources of a release the cache lacks."""
+    if sources is None and "clone" in err.message.lower():
+        hint = _UNCACHED_HINT.format(branch=project.release.branch, release=project.release.container)
+        return BuildError(err.message, hint)
+    return err
 
 
 def tag_disagreements(project: Project) -> list[str]:

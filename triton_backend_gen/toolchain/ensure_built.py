@@ -14,8 +14,14 @@ from triton_backend_gen.discovery import ServerInstall, find_tritonserver
 from triton_backend_gen.errors import BuildError, ServerError
 from triton_backend_gen.findings import NOTE, Finding
 from triton_backend_gen.project import Project
-from triton_backend_gen.toolchain.build import BuildResult, Progress, build_kind, build_project
-from triton_backend_gen.toolchain.symbols import check_library
+from triton_backend_gen.toolchain.build import (
+    BuildResult,
+    Progress,
+    build_batching,
+    build_kind,
+    build_project,
+)
+from triton_backend_gen.toolchain.symbols import check_batch_strategy, check_library
 
 
 def build_and_check(
@@ -44,11 +50,32 @@ def build_and_check(
         docker=docker,
         image=image,
     )
-    if build_kind(project) != "cpp" or docker or result.artifact is None:
+    checks_backend = build_kind(project) == "cpp" and not docker and result.artifact is not None
+    if not checks_backend and not result.batchers:
         return result
     install, notes = server_for_check(server)
-    findings = (*check_library(result.artifact, install, project.release), *notes)
-    return dataclasses.replace(result, findings=findings)
+    findings = [*check_library(result.artifact, install, project.release)] if checks_backend else []
+    findings += batch_strategy_findings(project, install)
+    return dataclasses.replace(result, findings=(*findings, *notes))
+
+
+def batch_strategy_findings(project: Project, install: ServerInstall | None) -> list[Finding]:
+    """The check of each model's batching strategy (toolchain.symbols.check_batch_strategy); an error for a
+    model whose strategy is not built."""
+    findings = []
+    for model in project.batched_models:
+        library = model.batch_strategy_library
+        if library.is_file():
+            findings += check_batch_strategy(library, install, model.name)
+        else:
+            findings.append(
+                Finding(
+                    "error",
+                    f"{model.name}'s batching strategy is not built ({library} is missing): "
+                    f"run `tbgen build{project.path_argument()}`",
+                )
+            )
+    return findings
 
 
 def ensure_built(
@@ -64,17 +91,29 @@ def ensure_built(
     C++ projects are always built (they cannot run otherwise). A python project's native extension is rebuilt
     once it has been built (so edits to it are tested); never built, the model runs its numpy fallback."""
     kind = build_kind(project)
-    if kind is None or (kind == "native" and not (project.native_build_dir / "CMakeCache.txt").is_file()):
+    if kind != "cpp" and (docker or not (project.native_build_dir / "CMakeCache.txt").is_file()):
+        kind = None  # a native extension is built for this machine's Python, and only once asked for
+    if kind is None and not project.batched_models:
         return
-    if kind == "native" and docker:
-        return  # built for this machine's Python; the container's python backend uses it as it is
-    result = build_and_check(project, server=server, sanitize=sanitize, docker=docker, image=image)
+    if kind is None:
+        result = build_and_check_batching(project, server)
+    else:
+        result = build_and_check(project, server=server, sanitize=sanitize, docker=docker, image=image)
     errors = [f.message for f in result.errors]
     if errors:
         raise BuildError(
             "The built library would not load: " + "; ".join(errors),
             f"Run `tbgen check {project.root}` for the details.",
         )
+
+
+def build_and_check_batching(project: Project, server: Path | None) -> BuildResult:
+    """Only the models' batching strategies built (batching/), and checked."""
+    run = build_batching(project)
+    install, notes = server_for_check(server)
+    findings = (*batch_strategy_findings(project, install), *notes)
+    libraries = tuple(model.batch_strategy_library for model in project.batched_models)
+    return BuildResult(project, None, 0.0, bool(run and run.work_done), findings=findings, batchers=libraries)
 
 
 def server_for_check(explicit: Path | None) -> tuple[ServerInstall | None, list[Finding]]:

@@ -27,6 +27,7 @@ from typing import IO, Any
 from triton_backend_gen.docker_engine import LABEL, PROJECT_LABEL, connect, default_image, ensure_image
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import Project
+from triton_backend_gen.toolchain.build import build_batching
 from triton_backend_gen.toolchain.ensure_built import ensure_built
 from triton_backend_gen.toolchain.libraries import library_files
 from triton_backend_gen.toolchain.linkage import stage_backend
@@ -197,6 +198,7 @@ def build_image(
             "Dockerfile was generated gets one from `tbgen update`.",
         )
     tag = tag or default_tag(project)
+    build_batching(project)  # the image copies model_repository/, the models' batchstrategy.so included
     client = connect()
     if base_image:
         ensure_image(client, base_image)

@@ -30,12 +30,21 @@ from pathlib import Path
 from triton_backend_gen import versions
 from triton_backend_gen.discovery import ServerInstall
 from triton_backend_gen.errors import BuildError
-from triton_backend_gen.findings import Finding
+from triton_backend_gen.findings import NOTE, Finding
 
 EXPORT_PREFIX = "TRITONBACKEND_"
 API_PREFIXES = ("TRITONBACKEND_", "TRITONSERVER_")
 SERVER_LIBRARY = "libtritonserver.so"
 READY_ENTRY_POINT = "TRITONBACKEND_ModelInstanceReady"
+# What a batching strategy library (batchstrategy.so) exports: Triton's core looks up all five, and refuses
+# the model's load when it finds some but not all.
+BATCH_STRATEGY_EXPORTS = (
+    "TRITONBACKEND_ModelBatcherInitialize",
+    "TRITONBACKEND_ModelBatcherFinalize",
+    "TRITONBACKEND_ModelBatchInitialize",
+    "TRITONBACKEND_ModelBatchIncludeRequest",
+    "TRITONBACKEND_ModelBatchFinalize",
+)
 
 _NM_LINE = re.compile(r"^(?:[0-9a-fA-F]+)?\s+([A-Za-z])\s+(\S+)$")
 _LDD_ARROW = re.compile(r"^\s*(\S+)\s+=>\s+(?:(not found)|(\S+))")
@@ -217,6 +226,34 @@ def check_library(
         *(cuda_findings(library, release) if release is not None else []),
         *export_findings(library, release),
     ]
+    if server is not None:
+        findings += _server_import_findings(library, server)
+    return findings + _resolution_findings(library, server, _resolve_libraries(library, server))
+
+
+def check_batch_strategy(library: Path, server: ServerInstall | None, model: str) -> list[Finding]:
+    """Every problem that would stop ``server`` loading ``library`` as ``model``'s batching strategy: one of
+    the five functions missing (the load fails), anything else exported, an import the server lacks, a
+    dependency that does not resolve; a note saying it exports the five when it does."""
+    defined = {name for kind, name in dynamic_symbols(library, defined=True) if kind != "A"}
+    missing = [name for name in BATCH_STRATEGY_EXPORTS if name not in defined]
+    extra = sorted(defined - set(BATCH_STRATEGY_EXPORTS))
+    where = f"{model}'s batching strategy ({library})"
+    findings = [
+        Finding(
+            "error",
+            f"{where} lacks {', '.join(missing)}: Triton loads a strategy only with all five "
+            "TRITONBACKEND_ModelBatch* functions, and fails the model's load with some of them",
+        )
+        if missing
+        else Finding(NOTE, f"{where} exports the five TRITONBACKEND_ModelBatch* functions"),
+    ]
+    if extra:
+        findings.append(
+            Finding(
+                "error", f"{where} exports {', '.join(extra[:5])} too (the version script keeps them local)"
+            )
+        )
     if server is not None:
         findings += _server_import_findings(library, server)
     return findings + _resolution_findings(library, server, _resolve_libraries(library, server))

@@ -12,6 +12,9 @@ FRAMEWORK_FILES = {
 }
 FRAMEWORK = "{{ cookiecutter.framework }}"
 PATTERN = "{{ cookiecutter.pattern }}"
+# The model's batching strategy (batch_strategy single, volume, tokens or custom): batching/.
+BATCH_STRATEGY = "{{ cookiecutter.batch_strategy }}"
+BATCHING_DIR = "batching"
 
 # The unit tests of src/compute.cc (tests/unit/): a framework's PreProcess/PostProcess and a BLS router's
 # Route run only around the models they call, in a server.
@@ -19,6 +22,8 @@ UNIT_TEST_DIR = "tests/unit"
 
 if FRAMEWORK != "none" or PATTERN != "none":
     shutil.rmtree(UNIT_TEST_DIR)
+if BATCH_STRATEGY == "none":
+    shutil.rmtree(BATCHING_DIR)
 if not {{ cookiecutter.gpu }} or FRAMEWORK != "none" or PATTERN != "none":
     for relative in GPU_ONLY_FILES:
         Path(relative).unlink()

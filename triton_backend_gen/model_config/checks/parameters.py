@@ -8,6 +8,7 @@ a config that breaks it is an error; for an older one, a warning that the newer 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path, PurePosixPath
 
 from triton_backend_gen.errors import ConfigError
@@ -19,6 +20,7 @@ from triton_backend_gen.model_config.env_archive import (
     summarize,
 )
 from triton_backend_gen.model_config.execution_env import ENV_PARAMETER, MODEL_DIRECTORY, env_file
+from triton_backend_gen.project import ELEMENTS_INPUT_PARAMETER, STRATEGY_LIMITS
 from triton_backend_gen.versions import FEATURES
 
 BATCH_STRATEGY_PARAMETER = "TRITON_BATCH_STRATEGY_PATH"
@@ -29,10 +31,15 @@ CONFINED_BATCH_STRATEGY = "confined_batch_strategy_path"
 SECURE_ENV_EXTRACTION = "secure_env_extraction"
 
 
+UINT64_MAX = 2**64 - 1
+
+
 def check_parameters(ctx: CheckContext) -> None:
-    """TRITON_BATCH_STRATEGY_PATH and the EXECUTION_ENV_PATH archive, by the model's release."""
+    """TRITON_BATCH_STRATEGY_PATH, the parameters of tbgen's batching strategies and the EXECUTION_ENV_PATH
+    archive, by the model's release."""
     if BATCH_STRATEGY_PARAMETER in ctx.config.parameters:
         _check_batch_strategy(ctx)
+    _check_strategy_parameters(ctx)
     if ENV_PARAMETER in ctx.config.parameters:
         _check_env_archive(ctx)
 
@@ -108,6 +115,65 @@ def _check_batch_strategy(ctx: CheckContext) -> None:
             f"{named}: Triton {release.container} accepts it, but {feature.since} and later refuse the model "
             f"{refusal}; {remedy}",
         )
+
+
+def _check_strategy_parameters(ctx: CheckContext) -> None:
+    """The model's tbgen batching strategy (tbgen.toml's batch_strategy): its limits positive 64-bit integers,
+    the one it reads present, BATCH_ELEMENTS_INPUT an input's name; and a model that can use it (no sequence
+    batching, dynamic batching on, max_batch_size 1 or more)."""
+    strategy = ctx.expect.batch_strategy
+    if not strategy:
+        return  # parameters of these names in a model tbgen gave no strategy are someone else's
+    parameters = ctx.config.parameters
+    for name in STRATEGY_LIMITS.values():
+        if name in parameters and _uint64(parameters[name].string_value) is None:
+            ctx.error(
+                _parameter_line(ctx, name),
+                f'{name} "{parameters[name].string_value}" must be a positive integer (at most '
+                f"{UINT64_MAX}): the batching strategy reads it at load and fails the model's load otherwise",
+            )
+    wanted = STRATEGY_LIMITS.get(strategy)
+    if wanted and wanted not in parameters:
+        ctx.error(
+            None,
+            f"tbgen.toml gives {ctx.model_name} batch_strategy {strategy}, which reads the parameter "
+            f'{wanted}, and config.pbtxt has none: add parameters {{ key: "{wanted}" value {{ string_value: '
+            '"..." } }',
+        )
+    if ELEMENTS_INPUT_PARAMETER in parameters:
+        named = parameters[ELEMENTS_INPUT_PARAMETER].string_value
+        inputs = [tensor.name for tensor in ctx.config.input]
+        if inputs and named not in inputs:
+            ctx.error(
+                _parameter_line(ctx, ELEMENTS_INPUT_PARAMETER),
+                f'{ELEMENTS_INPUT_PARAMETER} "{named}" is no input of the model (its inputs: '
+                f"{', '.join(inputs)})",
+            )
+    problem = _strategy_model_problem(ctx.config)
+    if problem:
+        ctx.error(None, f"tbgen.toml gives {ctx.model_name} batch_strategy {strategy}, and {problem}")
+
+
+def _strategy_model_problem(config) -> str:
+    """Why a model of ``config`` cannot use a batching strategy ("" when it can)."""
+    if config.HasField("sequence_batching"):
+        return (
+            "config.pbtxt has sequence_batching: core never uses a batching strategy beside a sequence "
+            "batcher; remove batch_strategy from tbgen.toml, or the sequence batching"
+        )
+    if config.max_batch_size < 1:
+        return "its max_batch_size is 0: it forms no batches for the strategy to decide"
+    if not config.HasField("dynamic_batching"):
+        return "config.pbtxt has no dynamic_batching, whose batches it decides: add dynamic_batching { }"
+    return ""
+
+
+def _uint64(text: str) -> int | None:
+    """``text`` as a positive 64-bit integer, or None: ASCII digits only, as the strategy's
+    ModelParameters::Uint64 takes them (no sign, no blank)."""
+    if re.fullmatch(r"[0-9]+", text) is None or not 0 < int(text) <= UINT64_MAX:
+        return None
+    return int(text)
 
 
 # --- the EXECUTION_ENV_PATH archive --------------------------------------------------------------------

@@ -1,0 +1,1 @@
+{%- include "batching_batcher.cc.j2" -%}

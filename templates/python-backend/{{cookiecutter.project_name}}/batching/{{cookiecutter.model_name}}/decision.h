@@ -1,0 +1,1 @@
+{%- include "batching_decision_" ~ {"custom": "custom", "single": "single"}.get(cookiecutter.batch_strategy, "limit") ~ ".h.j2" -%}

@@ -96,6 +96,31 @@ class _Plan:
     served: dict | None = None  # the configs as served, for auto-completed models
 
 
+@dataclass
+class _Run:
+    """What the steps of the check phase share: the project, its server and plan, the endpoints, the report
+    they add to, who watches, and the python stubs' health."""
+
+    project: Project
+    triton: TritonServer
+    plan: _Plan
+    endpoints: Endpoints
+    report: SuiteReport
+    progress: SuiteProgress
+    health: StubHealth
+
+    @property
+    def models(self) -> list[ModelEntry]:
+        """The models the run checks (all, or the one chosen) whose python stub is not broken."""
+        chosen, broken = self.plan.chosen, self.health.broken
+        return [m for m in self.project.models if chosen in (None, m) and m.name not in broken]
+
+    @property
+    def named(self) -> bool:
+        """Whether results carry their model's name (several models, all checked)."""
+        return len(self.project.models) > 1 and self.plan.chosen is None
+
+
 def run_suite(
     project: Project,
     triton: TritonServer,
@@ -134,7 +159,7 @@ def run_suite(
         if plan.auto_completed:
             _plan_from_the_server(project, plan, endpoints, fuzz, seed)
         health = stub_health(project, triton, endpoints, watch_stubs(triton), plan.repository, plan.served)
-        killed_on_purpose = _check(project, triton, plan, endpoints, report, progress, health)
+        killed_on_purpose = _check(_Run(project, triton, plan, endpoints, report, progress, health))
         stub_results = _stub_results(triton, report, health)
         if health.deaths or killed_on_purpose:
             _stop_broken_server(triton, report)
@@ -166,80 +191,61 @@ def _plan_from_the_server(project: Project, plan: _Plan, endpoints: Endpoints, f
         )
 
 
-def _check(
-    project: Project,
-    triton: TritonServer,
-    plan: _Plan,
-    endpoints: Endpoints,
-    report: SuiteReport,
-    progress: SuiteProgress,
-    health: StubHealth,
-) -> bool:
+def _check(run: _Run) -> bool:
     """The smoke checks, then custom metrics and request parameters (after the checks, all answered, before
-    requests that fail), then the fuzzer; the server's statistics; last, on a server that reports a python
-    instance's health, a stub of each python model killed (whether one was)."""
-    healthy = lambda: triton.running  # noqa: E731
+    requests that fail), then the fuzzer; the server's statistics; the batching strategies; last, on a server
+    that reports a python instance's health, a stub of each python model killed (whether one was)."""
+    triton, report = run.triton, run.report
     report.results += run_smoke(
-        plan.checks,
-        endpoints,
-        is_healthy=healthy,
-        progress=progress.result,
-        on_start=progress.check,
-        broken_models=health.after,
+        run.plan.checks,
+        run.endpoints,
+        is_healthy=lambda: triton.running,
+        progress=run.progress.result,
+        on_start=run.progress.check,
+        broken_models=run.health.after,
     )
     if triton.running:
-        _check_metrics_and_parameters(project, triton, plan, endpoints, report, progress, health.broken)
-    if plan.fuzz_cases:
-        _fuzz(triton, plan, endpoints, report, progress, health)
+        _check_metrics_and_parameters(run)
+    if run.plan.fuzz_cases:
+        _fuzz(run)
     if not triton.running:
         return False
-    report.statistics = server_statistics(endpoints, [m.name for m in project.models])
-    _check_batching_strategies(project, triton, plan, endpoints, report, progress, health)
-    return _check_unhealthy_instances(project, plan, endpoints, report, progress, health)
+    report.statistics = server_statistics(run.endpoints, [m.name for m in run.project.models])
+    _check_batching_strategies(run)
+    return _check_unhealthy_instances(run)
 
 
-def _fuzz(
-    triton: TritonServer,
-    plan: _Plan,
-    endpoints: Endpoints,
-    report: SuiteReport,
-    progress: SuiteProgress,
-    health: StubHealth,
-) -> None:
+def _fuzz(run: _Run) -> None:
     """The fuzz cases of the models that are not broken (a model whose stub died only fails its requests)."""
-    cases = [case for case in plan.fuzz_cases if case.model.name not in health.broken]
-    left_out = sorted({case.model.name for case in plan.fuzz_cases} - {case.model.name for case in cases})
+    health, report = run.health, run.report
+    cases = [case for case in run.plan.fuzz_cases if case.model.name not in health.broken]
+    left_out = sorted({case.model.name for case in run.plan.fuzz_cases} - {case.model.name for case in cases})
     for name in left_out:
         report.notes.append(f"the fuzzer left out {name}: {health.broken[name]}")
     if not cases:
         return
-    progress.phase(f"fuzzing: {len(cases)} requests")
-    fuzzed = run_fuzz(cases, endpoints, server_pid=triton.pid, is_healthy=lambda: triton.running)
-    report.add(fuzzed.as_results(), progress)
+    run.progress.phase(f"fuzzing: {len(cases)} requests")
+    triton = run.triton
+    fuzzed = run_fuzz(cases, run.endpoints, server_pid=triton.pid, is_healthy=lambda: triton.running)
+    report.add(fuzzed.as_results(), run.progress)
     health.look("fuzzing", "\n".join(fuzzed.failures))
 
 
-def _check_unhealthy_instances(
-    project: Project,
-    plan: _Plan,
-    endpoints: Endpoints,
-    report: SuiteReport,
-    progress: SuiteProgress,
-    health: StubHealth,
-) -> bool:
+def _check_unhealthy_instances(run: _Run) -> bool:
     """On a server that reports a python instance's health (25.12+), a stub of each python model killed and
     the model (from 26.04 the server too) seen not ready; whether a stub was killed (none elsewhere)."""
+    health = run.health
     release = health.server.release
     if not plans_unhealthy_instance_checks(release, sees_stubs=health.watch is not None):
         return False
-    models = [m for m in project.models if plan.chosen in (None, m) and m.name not in health.broken]
-    planned = [name for name, python in _served_by_python(project, models, plan) if python]
+    planned = [name for name, python in _served_by_python(run.project, run.models, run.plan) if python]
     if not planned:
         return False
-    progress.phase("a python stub of each model killed: the model must turn not ready")
-    named = len(project.models) > 1 and plan.chosen is None
-    checks = unhealthy_instance_checks(health.watch, planned, release, named)
-    report.results += run_smoke(checks, endpoints, progress=progress.result, on_start=progress.check)
+    run.progress.phase("a python stub of each model killed: the model must turn not ready")
+    checks = unhealthy_instance_checks(health.watch, planned, release, run.named)
+    run.report.results += run_smoke(
+        checks, run.endpoints, progress=run.progress.result, on_start=run.progress.check
+    )
     return True
 
 
@@ -266,20 +272,12 @@ def _stop_broken_server(triton: TritonServer, report: SuiteReport) -> None:
         )
 
 
-def _check_metrics_and_parameters(
-    project: Project,
-    triton: TritonServer,
-    plan: _Plan,
-    endpoints: Endpoints,
-    report: SuiteReport,
-    progress: SuiteProgress,
-    broken: dict[str, str],
-) -> None:
+def _check_metrics_and_parameters(run: _Run) -> None:
     """The custom metrics the models declare against the server's statistics, and the request parameters they
     answer back (model names in the results when the project has several models and all run); not for a
-    ``broken`` model (its python stub died)."""
-    models = [m for m in project.models if plan.chosen in (None, m) and m.name not in broken]
-    named = len(project.models) > 1 and plan.chosen is None
+    broken model (its python stub died)."""
+    triton, report, progress, plan = run.triton, run.report, run.progress, run.plan
+    models = run.models
     declared = {m.name: m.metrics for m in models if m.metrics}
     if declared and triton.metrics_url is None:
         report.notes.append(
@@ -288,40 +286,33 @@ def _check_metrics_and_parameters(
         )
     elif declared:
         progress.phase("custom metrics against the server's statistics")
-        report.add(custom_metrics_results(triton.metrics_url, endpoints, declared, named), progress)
+        report.add(custom_metrics_results(triton.metrics_url, run.endpoints, declared, run.named), progress)
     with_parameters = [m for m in models if m.parameters]
     if with_parameters and triton.running:
         progress.phase("request parameters")
-        answering = _parameter_models(project, with_parameters, plan.repository, plan.served)
-        report.add(request_parameters_results(endpoints, answering, named), progress)
+        answering = _parameter_models(run.project, with_parameters, plan.repository, plan.served)
+        report.add(request_parameters_results(run.endpoints, answering, run.named), progress)
 
 
-def _check_batching_strategies(
-    project: Project,
-    triton: TritonServer,
-    plan: _Plan,
-    endpoints: Endpoints,
-    report: SuiteReport,
-    progress: SuiteProgress,
-    health: StubHealth,
-) -> None:
+def _check_batching_strategies(run: _Run) -> None:
     """Each model's batching strategy against the batches the server forms (smoke.batching): after the
     server's statistics were read, since the check loads the model again (which starts them over, and gives a
     python model new stubs: the watch forgets the old ones)."""
-    models = [m for m in project.batched_models if plan.chosen in (None, m) and m.name not in health.broken]
-    if not models or not triton.running:
+    models = [m for m in run.models if m.batch_strategy]
+    if not models or not run.triton.running:
         return
-    progress.phase("batching strategies: the batches the server forms against each strategy's rule")
+    run.progress.phase("batching strategies: the batches the server forms against each strategy's rule")
     checked = []
     for model in models:
-        [(reference, spec, _config)] = load_model_specs(project, model, plan.repository, plan.served)
+        [(reference, spec, _config)] = load_model_specs(
+            run.project, model, run.plan.repository, run.plan.served
+        )
         checked.append((reference, spec, model.batch_strategy))
-    named = len(project.models) > 1 and plan.chosen is None
-    results, notes = batching_strategy_results(checked, endpoints, triton.log_file, named)
-    if health.watch is not None:
-        health.watch.forget([m.name for m in models])
-    report.add(results, progress)
-    report.notes += notes
+    results, notes = batching_strategy_results(checked, run.endpoints, run.triton.log_file, run.named)
+    if run.health.watch is not None:
+        run.health.watch.forget([m.name for m in models])
+    run.report.add(results, run.progress)
+    run.report.notes += notes
 
 
 def _parameter_models(project: Project, models: list[ModelEntry], repository: Path, served) -> list[tuple]:

@@ -195,6 +195,14 @@ def run_tbgen(*args, cwd=None, timeout=900, env=None) -> subprocess.CompletedPro
     )
 
 
+def run_bench_script(name: str, *args: str, timeout: int = 900) -> str:
+    """The output of ``python bench/NAME.py ARGS`` (a bench script's smoke run), asserted to exit 0."""
+    command = [sys.executable, str(REPO_ROOT / "bench" / f"{name}.py"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
 def project_of(path: Path):
     """The tbgen project at or above ``path`` (a directory or a config file), or None."""
     from triton_backend_gen.project import load_project_or_none

@@ -7,11 +7,9 @@ generator, the statistics) runs to its end."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO_ROOT, triton_sources_or_skip
+from conftest import run_bench_script, triton_sources_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpp, pytest.mark.xdist_group("bench-batching")]
 
@@ -27,16 +25,7 @@ def row(model: str, over: str) -> str:
 
 def test_batching_benchmark_prints_a_row_per_configuration(tmp_path, server_or_skip):
     triton_sources_or_skip("r24.10")
-    command = [
-        sys.executable,
-        str(REPO_ROOT / "bench" / "batching.py"),
-        "--quick",
-        "--work-dir",
-        str(tmp_path),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = result.stdout
+    out = run_bench_script("batching", "--quick", "--work-dir", str(tmp_path), timeout=600)
     for model in ("none", "dynamic"):
         assert re.search(row(model, "-"), out, re.M), out
     for model in ("volume", "tokens"):

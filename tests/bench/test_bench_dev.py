@@ -4,11 +4,9 @@ goal's verdict. The figures of this run mean nothing; what is checked is that ev
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO_ROOT, triton_sources_or_skip
+from conftest import run_bench_script, triton_sources_or_skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpp, pytest.mark.xdist_group("bench-dev")]
 
@@ -17,17 +15,7 @@ SECONDS = r"\d+\.\d\d s"
 
 def test_dev_benchmark_times_each_loop_against_build_and_test(tmp_path, compiler_cache, server_or_skip):
     triton_sources_or_skip("r24.10")
-    command = [
-        sys.executable,
-        str(REPO_ROOT / "bench" / "dev.py"),
-        "--runs",
-        "1",
-        "--work-dir",
-        str(tmp_path),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = result.stdout
+    out = run_bench_script("dev", "--runs", "1", "--work-dir", str(tmp_path))
     verdict = r"(met|MISSED)"
     assert re.search(
         rf"^python model, save to verdict +{SECONDS} +{SECONDS} +\d+\.\dx .*: {verdict}$", out, re.M

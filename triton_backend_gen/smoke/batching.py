@@ -31,6 +31,7 @@ from triton_backend_gen.errors import ServerError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.project import ELEMENTS_INPUT_PARAMETER, STRATEGY_LIMITS
 from triton_backend_gen.runtime.model_control import load_model, refuses_model_control
+from triton_backend_gen.signature import DATATYPES
 from triton_backend_gen.smoke.clients import (
     REQUEST_TIMEOUT_S,
     Endpoints,
@@ -50,11 +51,6 @@ CHECK_NAME = "batching strategy"
 QUEUE_DELAY_US = 1_000_000  # the check's max_queue_delay: every request is queued long before it runs out
 SEND_GAP_S = 0.02  # between two requests: they reach the batcher in the order sent
 LOADED_LINE = "Loading custom batching strategy library"  # core's log line (backend_model.cc), then the path
-# Bytes per element of each fixed-size datatype as Triton counts an input's byte size.
-ELEMENT_BYTES = {
-    "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
-    "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -134,7 +130,8 @@ def request_size(spec: ModelSpec, inputs: Mapping[str, Any], elements_input: str
         if datatypes.get(name) == "BYTES":
             total += sum(4 + len(_as_bytes(value)) for value in array.flat)
         else:
-            total += array.size * ELEMENT_BYTES.get(datatypes.get(name, ""), array.itemsize)
+            declared = DATATYPES.get(datatypes.get(name, ""))
+            total += array.size * (declared.size if declared is not None else array.itemsize)
     first = np.asarray(next(iter(inputs.values())))
     # batcher.cc counts no element of an elements input the request leaves out (an optional one)
     counted = int(np.asarray(inputs[elements_input]).size) if elements_input in inputs else 0

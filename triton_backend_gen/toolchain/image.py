@@ -198,7 +198,6 @@ def build_image(
             "Dockerfile was generated gets one from `tbgen update`.",
         )
     tag = tag or default_tag(project)
-    build_batching(project)  # the image copies model_repository/, the models' batchstrategy.so included
     client = connect()
     if base_image:
         ensure_image(client, base_image)
@@ -207,7 +206,9 @@ def build_image(
     if needs_host_build(project):
         image = base_image or default_image(project.release)
         ensure_image(client, image)
-        staging, carried = stage_host_build(project, client, image, progress)
+        staging, carried = stage_host_build(project, client, image, progress)  # its build: batching/ too
+    else:
+        build_batching(project)  # the image copies model_repository/, the models' batchstrategy.so included
     context, offline = build_context(project, staging)
     log_file = project.runtime_dir / LOG_NAME
     log_file.parent.mkdir(parents=True, exist_ok=True)

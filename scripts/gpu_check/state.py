@@ -113,17 +113,32 @@ def run_logged(command: list, log: Path, timeout: float, env: dict[str, str], cw
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """Stop the process group this script started for one command."""
+    """Stop the process group this script started for one command: SIGTERM, then SIGKILL, each followed by a
+    wait until the leader has exited and no member of its group still runs (a member's signal is delivered
+    when it next runs, which may be after the leader is gone)."""
     for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
             return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if process.poll() is not None and not _group_runs(process.pid):
+                return
+            time.sleep(0.05)
+
+
+def _group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie awaiting its reaper does not), from /proc."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
+            text = stat.read_text()
+        except OSError:
             continue
+        fields = text[text.rfind(")") + 2 :].split()  # "pid (comm) state ppid pgrp ...": comm may hold spaces
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def tbgen(state: RunState, *args: str | Path) -> list[str]:

@@ -19,7 +19,7 @@ DEVICE_TIMEOUT_S = 540  # the device call's limit: the budget, the report and a 
 DEVICE_COMMAND = "PYTHONUNBUFFERED=1 python3 scripts/gpu-check run"
 DEVICE_CALL = f'run: command="{DEVICE_COMMAND}"  carry=["{CARRY_NAME}"]  timeout_s={DEVICE_TIMEOUT_S}'
 USAGE = f"""\
-Here (no GPU needed; pip reaches its configured index): scripts/gpu-check prepare
+Here (no GPU needed; pip reaches its configured index): .venv/bin/python scripts/gpu-check prepare
 On a machine with a GPU, the `device` tool's call (the working tree and {CARRY_NAME}/ travel):
   {DEVICE_CALL}
 The report comes back as $OUT/gpu-check.md, $OUT/gpu-check.json and $OUT/gpu-check-logs.tar.gz."""

@@ -117,7 +117,7 @@ def carried_step(state: RunState) -> Outcome:
         return Outcome(
             FAIL,
             f"nothing carried: no {path}",
-            [f"run `scripts/gpu-check prepare` first and carry {CARRY_NAME}"],
+            [f"run `.venv/bin/python scripts/gpu-check prepare` first and carry {CARRY_NAME}"],
         )
     state.manifest = json.loads(path.read_text())
     broken = [

@@ -65,3 +65,7 @@ class ServerError(TbgenError):
 class SourcesError(TbgenError):
     """Filling or reading the Triton source cache failed (a clone, a copy, or an entry that already
     exists)."""
+
+
+class TuneError(TbgenError):
+    """`tbgen tune` could not do what it set out to (write the tuned config.pbtxt)."""

@@ -44,6 +44,12 @@ DEVICE_PROVIDES = {
     "tzdata": "the device's image has it (arrow)",
 }
 
+# tbgen's runtime requirements the run has no use for (neither downloaded nor their closure): imported
+# only by the commands that draw reports, which the GPU check does not run.
+NOT_NEEDED_THERE = {
+    "matplotlib": "draws the reports of `tbgen tune` and `tbgen bench --report`; the run makes none"
+}
+
 # The two projects the run renders: the add/sub example with its CUDA kernel, and the LibTorch wrapper.
 PROJECTS = {
     "cpp-backend": ("gpu-add-sub", ("--gpu",)),

@@ -24,6 +24,7 @@ from gpu_check.device import (
     DEVICE_PROVIDES,
     LIMIT_BYTES,
     MANIFEST,
+    NOT_NEEDED_THERE,
     REPO,
     USAGE,
     CheckError,
@@ -107,7 +108,7 @@ def runtime_requirements() -> list[str]:
     """tbgen's runtime requirements (pyproject.toml), less those the device provides."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     named = ((re.match(r"[A-Za-z0-9_.-]+", spec).group(0), spec) for spec in project["dependencies"])
-    return [spec for name, spec in named if normalized(name) not in DEVICE_PROVIDES]
+    return [spec for name, spec in named if normalized(name) not in DEVICE_PROVIDES | NOT_NEEDED_THERE]
 
 
 def manylinux_platforms() -> list[str]:
@@ -141,7 +142,8 @@ def gather_wheels(
             "prepare downloads from the index pip is configured with (`pip config list`); make it reachable.",
         )
     (dest / "wheels").mkdir()
-    pieces, left = [], []
+    pieces = []
+    left = [LeftOut(name, 0, why) for name, why in NOT_NEEDED_THERE.items()]
     for wheel in sorted(downloaded.glob("*.whl")):
         name, version = wheel.name.split("-")[:2]
         if normalized(name) in DEVICE_PROVIDES:

@@ -28,6 +28,7 @@ RANKS = {
     "runtime": 3,
     "smoke": 4,
     "perf": 4,
+    "tune": 4,
     "deploy": 4,
     "commands": 5,
     "pytest_plugin": 5,

@@ -1,5 +1,5 @@
 """`tbgen bench` end to end against the embedded server: perf_analyzer and the asyncio generator, C++, Python
-and decoupled models, the JSON report and --compare."""
+and decoupled models, the JSON report, --compare and the HTML report (--report)."""
 
 from __future__ import annotations
 
@@ -56,9 +56,14 @@ def test_python_model_with_perf_analyzer_and_then_the_builtin_generator(tmp_path
         "builtin",
         "--compare",
         str(project / "bench.json"),
+        "--report",
+        str(project / "bench-out"),
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "tbgen (asyncio gRPC)" in second.stdout
+    page = (project / "bench-out" / "bench-report.html").read_text()
+    assert page.count("data:image/png;base64,") == 1 and (project / "bench-out" / "bench.png").stat().st_size
+    assert f"Report: {project / 'bench-out' / 'bench-report.html'}" in second.stdout
     assert "This run / " in second.stdout
     ratios = [line for line in second.stdout.splitlines() if re.fullmatch(r"\d+(  [\d.]+x){3}", line)]
     assert len(ratios) == 2, second.stdout  # a ratio per column at both levels

@@ -35,6 +35,7 @@ CASES: dict[str, list[list[str]]] = {
     "build": [[], ["--build-type", "Fast"]],
     "check": [[], ["--drift"]],
     "bench": [[], ["--duration", "soon"]],
+    "tune": [[], ["--budget", "soon"]],
     "package": [[]],
     "update": [[], ["--triton-version", "99.99"]],
     "clean": [[]],

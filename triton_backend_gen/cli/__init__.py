@@ -4,6 +4,7 @@ function and print the result (cli.output); shared options live in cli.options.
     scaffolding   new, add model, add library, remove model, update, check --drift
     building      build, check, validate
     running       serve, test, infer, bench
+    tuning        tune
     developing    dev (serve, watch, verify every save)
     shipping      env pack, package, deploy helm|manifests|check|local
     housekeeping  doctor, deps fetch|add|list, clean, versions, templates list|check
@@ -20,6 +21,7 @@ from triton_backend_gen.cli import (  # noqa: F401 - register
     running,
     scaffolding,
     shipping,
+    tuning,
 )
 from triton_backend_gen.cli.app import app
 

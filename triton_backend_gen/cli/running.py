@@ -44,6 +44,7 @@ from triton_backend_gen.commands.test import (
 )
 from triton_backend_gen.errors import ServerError, UsageError
 from triton_backend_gen.lazy import lazy_module
+from triton_backend_gen.perf.report import check_report_dir, write_bench_report
 from triton_backend_gen.perf.stats import BenchReport, compare, parse_concurrency, parse_duration
 from triton_backend_gen.project import Project, load_project, load_project_or_none
 from triton_backend_gen.runtime import start_server
@@ -520,12 +521,22 @@ def bench(
         Optional[Path],
         typer.Option("--compare", help="A report of an earlier run (--json): print this run's ratios to it."),
     ] = None,
+    report_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--report",
+            metavar="DIR",
+            help="Write an HTML report with plots (bench-report.html, bench.png) into DIR.",
+        ),
+    ] = None,
     server: ServerPath = None,
     instance_kind: InstanceKindOption = None,
 ) -> None:
     """Load a model at several concurrency levels: throughput, latency percentiles, queue/compute, CPU."""
     with user_errors():
         levels, seconds = parse_concurrency(concurrency), parse_duration(duration)
+        if report_dir is not None:
+            check_report_dir(report_dir)
         other = BenchReport.read(compare_with) if compare_with else None
         report = run_bench(
             load_project(project),
@@ -540,6 +551,26 @@ def bench(
             instance_kind=instance_kind_option(instance_kind),
             progress=say,
         )
+    _print_bench(report)
+    if json_file:
+        report.write(json_file)
+        say(f"JSON: {json_file}")
+    if other is not None:
+        records(
+            f"This run / {compare_with}",
+            [Column(c, justify="right") for c in ("concurrency", "throughput", "p50 latency", "p99 latency")],
+            [
+                (str(r.concurrency), f"{r.throughput:.2f}x", f"{r.p50:.2f}x", f"{r.p99:.2f}x")
+                for r in compare(report, other)
+            ],
+        )
+    if report_dir is not None:
+        with user_errors():
+            say(f"Report: {write_bench_report(report_dir, report)[0]}")
+
+
+def _print_bench(report: BenchReport) -> None:
+    """The levels of a benchmark as a table (a line each off a terminal), and what the figures mean."""
     decoupled = any(level.responses_per_s for level in report.levels)
     columns = [
         "conc",
@@ -580,15 +611,3 @@ def bench(
         "share of one core over the level (client and server share this machine's cores).",
         style="dim",
     )
-    if json_file:
-        report.write(json_file)
-        say(f"JSON: {json_file}")
-    if other is not None:
-        records(
-            f"This run / {compare_with}",
-            [Column(c, justify="right") for c in ("concurrency", "throughput", "p50 latency", "p99 latency")],
-            [
-                (str(r.concurrency), f"{r.throughput:.2f}x", f"{r.p50:.2f}x", f"{r.p99:.2f}x")
-                for r in compare(report, other)
-            ],
-        )

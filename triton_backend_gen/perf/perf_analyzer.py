@@ -90,9 +90,10 @@ def command(
     measurement_ms: int,
     streaming: bool,
     stability_percentage: int = 100,
+    max_trials: int = 3,
 ) -> list[str]:
     """One perf_analyzer run at one concurrency level (three windows that agree within
-    ``stability_percentage``)."""
+    ``stability_percentage``, in at most ``max_trials`` windows)."""
     args = [
         str(executable),
         "-m",
@@ -107,7 +108,7 @@ def command(
         "-f",
         str(csv_file),
         f"--stability-percentage={stability_percentage}",
-        "--max-trials=3",
+        f"--max-trials={max_trials}",
     ]
     if batch_size > 1:
         args += ["-b", str(batch_size)]

@@ -66,6 +66,10 @@ class Bench:
     responses_per_request: int
     executable: Path | None  # perf_analyzer, or None for tbgen's builtin generator
     work_dir: Path
+    # perf_analyzer's stability rule: three windows within the first percentage, in at most max_trials
+    # windows; when they never agree, measured again under the next percentage and taken as they come
+    stability: tuple[int, ...] = (100, 1000)
+    max_trials: int = 3
 
     def measure(
         self,
@@ -93,11 +97,7 @@ class Bench:
         report = BenchReport(self.spec.name, self.protocol, tool, self.batch_size, where)
         for level in concurrency:
             progress(f"{self.spec.name}: concurrency {level} for {seconds:g} s ({tool}, {self.protocol})")
-            report.levels.append(
-                _measure_level(
-                    target, level, seconds, self.batch_size, self.protocol, self.executable, self.work_dir
-                )
-            )
+            report.levels.append(_measure_level(target, level, seconds, self))
         return report
 
 
@@ -170,26 +170,16 @@ def _perf_analyzer_for(spec: ModelSpec, tool: str) -> Path | None:
     return executable
 
 
-def _measure_level(
-    target: Target,
-    concurrency: int,
-    seconds: float,
-    batch_size: int,
-    protocol: str,
-    executable: Path | None,
-    work_dir: Path,
-) -> Level:
+def _measure_level(target: Target, concurrency: int, seconds: float, bench: Bench) -> Level:
     before_stats, before_cpu = (
         model_stats(target.http_url, target.model),
         server_cpu_seconds(target.server_pid),
     )
     started = time.monotonic()
-    if executable is not None:
-        figures, client_cpu = _perf_analyzer_level(
-            target, concurrency, seconds, batch_size, protocol, executable, work_dir
-        )
+    if bench.executable is not None:
+        figures, client_cpu = _perf_analyzer_level(target, concurrency, seconds, bench)
     else:
-        figures, client_cpu = _builtin_level(target, concurrency, seconds, batch_size)
+        figures, client_cpu = _builtin_level(target, concurrency, seconds, bench.batch_size)
     wall = time.monotonic() - started
     after_stats, after_cpu = model_stats(target.http_url, target.model), server_cpu_seconds(target.server_pid)
     queue_us, compute_us, requests = server_times(before_stats, after_stats)
@@ -207,8 +197,9 @@ def _measure_level(
 
 
 def _perf_analyzer_level(
-    target, concurrency, seconds, batch_size, protocol, executable, work_dir
+    target: Target, concurrency: int, seconds: float, bench: Bench
 ) -> tuple[dict, float]:
+    work_dir, batch_size, protocol = bench.work_dir, bench.batch_size, bench.protocol
     work_dir.mkdir(parents=True, exist_ok=True)
     libs = pa.library_dir(work_dir / "lib")
     data_file = pa.write_input_data(
@@ -223,11 +214,12 @@ def _perf_analyzer_level(
     if libs is not None:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # Windows that disagree by more than 100% (a sequence model's: sequences start and end in bursts) are
-    # measured again and taken as they come: the level's figure is their mean either way.
-    for stability in (100, 1000):
+    # Windows that disagree by more than bench.stability[0] (100% for tbgen bench: a sequence model's
+    # sequences start and end in bursts) are measured again and taken as they come: the level's figure is
+    # their mean either way.
+    for stability in bench.stability:
         command = pa.command(
-            executable,
+            bench.executable,
             target.model,
             url,
             protocol,
@@ -238,6 +230,7 @@ def _perf_analyzer_level(
             measurement_ms=window_ms,
             streaming=target.decoupled,
             stability_percentage=stability,
+            max_trials=bench.max_trials,
         )
         try:
             done = subprocess.run(

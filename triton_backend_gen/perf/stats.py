@@ -115,11 +115,11 @@ def parse_concurrency(text: str) -> list[int]:
     return levels
 
 
-def parse_duration(text: str) -> float:
-    """ "10s", "500ms", "2m" or a number of seconds -> seconds."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+def parse_duration(text: str, option: str = "--duration") -> float:
+    """ "10s", "500ms", "2m", "1h" or a number of seconds -> seconds; UsageError naming ``option``."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     stripped = text.strip().lower()
-    for unit in ("ms", "s", "m"):
+    for unit in ("ms", "s", "m", "h"):
         if stripped.endswith(unit):
             number, scale = stripped[: -len(unit)], units[unit]
             break
@@ -129,6 +129,6 @@ def parse_duration(text: str) -> float:
         seconds = float(number) * scale
     except ValueError:
         seconds = 0.0
-    if seconds <= 0:
-        raise UsageError(f"--duration {text!r} is not a duration.", "Examples: --duration 10s, 500ms, 2m")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{option} {text!r} is not a duration.", f"Examples: {option} 10s, 500ms, 2m, 1h")
     return seconds

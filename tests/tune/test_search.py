@@ -6,6 +6,7 @@ of the points of the grid."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as pb
@@ -216,3 +217,15 @@ def test_the_front_the_recommendation_and_the_closest_when_nothing_meets_the_bud
     tight = Constraints(max_p99_us=500)
     assert search.best_point(points, tight) is None
     assert search.closest_point(points, tight).concurrency == 1
+
+
+def test_a_first_point_past_the_budget_does_not_end_the_search():
+    # The start's one point has a p99 five times its mean (a noisy machine): the model then predicts every
+    # point past the budget, yet the search goes on to the point nearest to meeting it, and finds one.
+    space = plan_space(model_config(), cores=2, concurrency=(1, 4, 16))
+    constraints = Constraints(max_p99_us=60_000)
+    first = simulated(space.start, 1, 1)
+    points = [replace(first, p99_us=first.p99_us * 5)]
+    while (step := search.next_point(space, points, constraints)) is not None and len(points) < 30:
+        points.append(simulated(*step, elapsed=len(points) + 1))
+    assert search.best_point(points, constraints) is not None

@@ -165,12 +165,14 @@ def next_point(
     skip: Collection[Settings] = (),
 ) -> tuple[Settings, int] | None:
     """The point to measure next (of a configuration not in ``skip``), or None when no unmeasured point
-    promises a gain (converged); a tie goes to the ``loaded`` configuration, then to the lower concurrency."""
+    promises a gain (converged); a tie goes to the ``loaded`` configuration, then to the lower concurrency.
+    While nothing measured meets the constraints (a noisy first point can make the model think nothing
+    will), the unmeasured point predicted nearest to meeting them."""
     measured = {p.key for p in points}
     points = merged(points)
     fit = fit_model(points)
     best = best_point(points, constraints)
-    ranked = []
+    ranked, nearest = [], []
     for settings in space.configurations():
         if settings in skip:
             continue
@@ -178,14 +180,17 @@ def next_point(
             if (settings, level) in measured:
                 continue
             throughput, p99 = corrected(fit, points, settings, level)
-            ranked.append(
-                (_promise(constraints, throughput, p99, best), settings == loaded, -level, settings)
-            )
-    promising = [entry for entry in ranked if entry[0] is not None]
-    if not promising:
-        return None
-    _, _, level, settings = max(promising, key=lambda entry: entry[:3])
-    return settings, -level
+            promise = _promise(constraints, throughput, p99, best)
+            if promise is not None:
+                ranked.append((promise, settings == loaded, -level, settings))
+            nearest.append((constraints.distance(throughput, p99), level, settings))
+    if ranked:
+        _, _, level, settings = max(ranked, key=lambda entry: entry[:3])
+        return settings, -level
+    if best is None and nearest:
+        _, level, settings = min(nearest, key=lambda entry: entry[:2])
+        return settings, level
+    return None
 
 
 def ladder_next(points: Sequence[Point], space: Space, constraints: Constraints) -> int | None:

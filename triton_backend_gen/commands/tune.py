@@ -351,13 +351,7 @@ def _plan_line(space: Space, budget_s: float, bench: Bench) -> str:
 
 def _varied(space: Space) -> set[str]:
     """The dimensions with more than one value in ``space``."""
-    values = {
-        "instances": space.instances,
-        "max_batch_size": space.max_batch_sizes,
-        "batching": space.batchings,
-        "strategy_limit": space.strategy_limits,
-    }
-    return {name for name, options in values.items() if len(options) > 1}
+    return {name for name, options in space.values().items() if len(options) > 1}
 
 
 def _point(settings: Settings, level, before: dict, after: dict) -> Point:

@@ -28,6 +28,7 @@ so the model is fitted from the configuration the user has.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -228,10 +229,13 @@ def neighbor_next(
         for settings, level in _neighbors(space, best)
         if settings not in skip and (settings, level) not in measured
     ]
+    predicted = [
+        (corrected(fit, averaged, settings, level), level, settings) for settings, level in candidates
+    ]
     feasible = [
-        (constraints.score(*corrected(fit, averaged, settings, level)), -level, settings)
-        for settings, level in candidates
-        if constraints.meets(*corrected(fit, averaged, settings, level), NEIGHBOR_SLACK)
+        (constraints.score(*figures), -level, settings)
+        for figures, level, settings in predicted
+        if constraints.meets(*figures, NEIGHBOR_SLACK)
     ]
     if not feasible:
         return None
@@ -244,12 +248,7 @@ def _neighbors(space: Space, best: Point) -> list[tuple[Settings, int]]:
     levels."""
     found = []
     configurations = set(space.configurations())
-    for name, values in (
-        ("instances", space.instances),
-        ("max_batch_size", space.max_batch_sizes),
-        ("batching", space.batchings),
-        ("strategy_limit", space.strategy_limits),
-    ):
+    for name, values in space.values().items():
         for value in values:
             settings = replace(best.settings, **{name: value})
             if settings != best.settings and settings in configurations:
@@ -365,17 +364,11 @@ def _likeness(point: Point, settings: Settings, concurrency: int) -> float:
 def _line(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares (intercept, slope) of ``pairs``, both at least 0; slope 0 without a spread of x."""
     xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    if spread < 0.25 * len(xs) or max(xs) < 1.5:
-        return mean_y, 0.0
-    slope = max(sum((x - mean_x) * (y - mean_y) for x, y in pairs) / spread, 0.0)
-    return max(mean_y - slope * mean_x, 0.0), slope
+    if statistics.pvariance(xs) < 0.25 or max(xs) < 1.5:
+        return statistics.fmean(ys), 0.0
+    slope = max(statistics.linear_regression(xs, ys).slope, 0.0)
+    return max(statistics.fmean(ys) - slope * statistics.fmean(xs), 0.0), slope
 
 
 def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return statistics.median(values) if values else 0.0

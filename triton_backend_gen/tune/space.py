@@ -122,6 +122,15 @@ class Space:
     def size(self) -> int:
         return len(self.configurations()) * len(self.concurrency)
 
+    def values(self) -> dict[str, tuple]:
+        """Each dimension's values, by its name (a Settings field)."""
+        return {
+            "instances": self.instances,
+            "max_batch_size": self.max_batch_sizes,
+            "batching": self.batchings,
+            "strategy_limit": self.strategy_limits,
+        }
+
 
 def plan_space(
     config,

@@ -9,6 +9,7 @@ python model whose config.pbtxt the server refuses shows the server's reason; Ct
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -62,11 +63,11 @@ EDITS = {
 }
 
 
-def _spawn(project: Path):
+def _spawn(project: Path, *args: str):
     env = {**os.environ, "COLUMNS": "250", "LINES": "50"}
-    return pexpect.spawn(
+    child = pexpect.spawn(
         sys.executable,
-        ["-m", "triton_backend_gen", "dev"],
+        ["-m", "triton_backend_gen", "dev", *args],
         cwd=str(project),
         env=env,
         encoding="utf-8",
@@ -74,6 +75,17 @@ def _spawn(project: Path):
         dimensions=(50, 250),
         timeout=TURN_TIMEOUT_S,
     )
+    child.logfile_read = io.StringIO()  # the whole session, for a failure's message (see _said)
+    return child
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _said(child, lines: int = 40) -> str:
+    """The session's last ``lines`` printed lines, without the live table's escape codes and blank lines."""
+    text = _ANSI.sub("", child.logfile_read.getvalue()).replace("\r", "\n")
+    return "\n".join([line.rstrip() for line in text.splitlines() if line.strip()][-lines:])
 
 
 def _server_processes(tbgen_pid: int) -> list[int]:
@@ -110,13 +122,19 @@ def test_dev_verifies_each_save_and_leaves_nothing_running(tmp_path, template):
     model = project_of(project).models[0].name
     edits = EDITS[template]
     user_file, reference = project / edits.user_file, project / "reference.py"
-    child = _spawn(project)
+    soaks = template == "python-backend"  # --soak: a soak of the session's server after the start
+    child = _spawn(project, *(["--soak", "15s"] if soaks else []))
     try:
         child.expect(r"at (127\.0\.0\.1:\d+) \(gRPC", timeout=START_TIMEOUT_S)
         http = child.match.group(1)
         child.expect("verdict: pass in [0-9.]+ s after start", timeout=START_TIMEOUT_S)
         servers = _server_processes(child.pid)
         assert len(servers) == 1, servers
+        if soaks:
+            child.expect(r"verdict: pass in [0-9.]+ s after the soak")
+            slope = r"pass  soak memory: tritonserver: [+-][\d.]+ KiB per 1,000 requests"
+            assert re.search(slope, child.before), _said(child)
+            assert (project / "build" / "tbgen" / "soak" / "report.html").is_file()
 
         # A changed computation, the user's file and then the reference: the new code is verified once the
         # reference agrees (a save of the user's file alone fails its unit tests), with no restart.
@@ -149,6 +167,8 @@ def test_dev_verifies_each_save_and_leaves_nothing_running(tmp_path, template):
             child.expect(r"the server had stopped \(exit status -?\d+.*restarting it")
             child.expect(r"verdict: pass in [0-9.]+ s after saving")
             assert _server_processes(child.pid) not in ([], servers)
+    except pexpect.TIMEOUT:
+        pytest.fail(f"tbgen dev did not print what was expected in time; it printed last:\n{_said(child)}")
     finally:
         child.sendintr()
         child.expect(pexpect.EOF, timeout=30)

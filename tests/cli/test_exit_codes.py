@@ -28,7 +28,7 @@ CASES: dict[str, list[list[str]]] = {
     "versions": [["--json"]],
     "validate": [[], ["no-such-path"]],
     "serve": [[], ["--image", "x"]],
-    "test": [[], ["--fuzz", "-1"]],
+    "test": [[], ["--fuzz", "-1"], ["--chaos", "--url", "127.0.0.1:8000"]],
     "dev": [[], ["--instance-kind", "tpu"]],
     "infer": [["m"], ["m", "--input", "X"]],
     "doctor": [["--triton-version", "99.99"]],

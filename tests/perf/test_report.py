@@ -4,6 +4,7 @@ image loaded; the edge cases (nothing meets the constraints, one point, no budge
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,7 +29,9 @@ from triton_backend_gen.perf.report import (
     write_bench_report,
     write_tune_report,
 )
+from triton_backend_gen.perf.soak_report import write_soak_report
 from triton_backend_gen.perf.stats import BenchReport, Level
+from triton_backend_gen.smoke.soak import ModelLoad, Sample, SoakOptions, SoakRun
 from triton_backend_gen.tune import search
 from triton_backend_gen.tune.results import point_of, record
 from triton_backend_gen.tune.search import Constraints, Point
@@ -348,4 +351,47 @@ def test_chromium_shows_the_bench_report_with_its_image(tmp_path):
     assert loaded_images(page, tmp_path) == "1/1"
     screenshot = tmp_path / "bench.png"
     chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1200,1200", page.as_uri())
+    assert_not_blank(screenshot)
+
+
+# ---- The soak's report ------------------------------------------------------------------------------------
+
+
+def soak_run() -> SoakRun:
+    """A 60 s soak: the server flat, one stub growing 2 KiB a request, the stub's model's latency flat."""
+    run = SoakRun(SoakOptions(60.0), seconds=60.0)
+    run.models = {"grows <b>": ModelLoad("grows <b>"), "add_sub": ModelLoad("add_sub")}
+    for second in range(61):
+        requests = second * 200
+        run.samples.append(
+            Sample(
+                float(second),
+                2 * requests,
+                {"grows <b>": requests, "add_sub": requests},
+                {"tritonserver": 8 << 20, "python stub grows <b> grows_0_0": (20 << 20) + 2048 * requests},
+            )
+        )
+        for name in run.models:
+            run.models[name].answers += [(second + i / 200, requests + i, 2000.0 + i) for i in range(200)]
+    run.process_models["python stub grows <b> grows_0_0"] = "grows <b>"
+    return run
+
+
+def test_the_soak_report_draws_memory_and_latency_and_keeps_the_samples(tmp_path):
+    files = write_soak_report(tmp_path / "soak", soak_run())
+    assert [path.name for path in files] == ["report.html", "memory.png", "latency.png", "samples.json"]
+    assert_png(files[1]) and assert_png(files[2])
+    page = files[0].read_text()
+    assert_self_contained(page, images=2)
+    assert "grows &lt;b&gt; grows_0_0</td><td>LEAK</td><td class=n>+2000.00</td>" in page  # escaped, judged
+    assert "<td>tritonserver</td><td>ok</td>" in page
+    assert len(json.loads(files[3].read_text())) == 61
+
+
+@browser
+def test_chromium_shows_the_soak_report_with_its_two_images(tmp_path):
+    page = write_soak_report(tmp_path / "soak", soak_run())[0]
+    assert loaded_images(page, tmp_path) == "2/2"
+    screenshot = tmp_path / "soak.png"
+    chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1200,2000", page.as_uri())
     assert_not_blank(screenshot)

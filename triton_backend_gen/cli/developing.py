@@ -13,7 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from triton_backend_gen.cli.app import app
-from triton_backend_gen.cli.options import InstanceKindOption, ServerPath
+from triton_backend_gen.cli.options import (
+    InstanceKindOption,
+    ServerPath,
+    SoakConcurrencyOption,
+    SoakOption,
+    SoakRateOption,
+    soak_options,
+)
 from triton_backend_gen.cli.options import instance_kind as instance_kind_option
 from triton_backend_gen.cli.output import console, on_terminal, say, user_errors
 from triton_backend_gen.commands.dev import FAIL, PASS, DevView, run_dev
@@ -40,14 +47,27 @@ def dev(
         bool, typer.Option("--full", help="Run the whole smoke suite once the models are loaded.")
     ] = False,
     server: ServerPath = None,
+    soak: SoakOption = None,
+    concurrency: SoakConcurrencyOption = None,
+    rate: SoakRateOption = None,
 ) -> None:
     """Serve the project and verify every save: unit tests, rebuild, reload, quick checks (f: the whole suite,
-    q or Ctrl-C: stop)."""
+    s: a soak, q or Ctrl-C: stop)."""
     with user_errors(), stop_on_signals():
+        soaked = soak_options(soak, concurrency, rate)
         loaded = load_project(project)
         kind = instance_kind_option(instance_kind)
         with DevScreen(loaded.root) as view, KeyReader() as keys:
-            run_dev(loaded, view, keys.read, server=server, model=model, instance_kind=kind, full=full)
+            run_dev(
+                loaded,
+                view,
+                keys.read,
+                server=server,
+                model=model,
+                instance_kind=kind,
+                full=full,
+                soak=soaked,
+            )
     say("Stopped: the server and the watcher.")
 
 
@@ -67,7 +87,10 @@ class DevScreen(DevView):
     def __enter__(self) -> DevScreen:
         if self.live is not None:
             self.live.__enter__()
-        say(f"Watching {self.root}: save a file to verify it; f: the whole smoke suite; q or Ctrl-C: stop.")
+        say(
+            f"Watching {self.root}: save a file to verify it; f: the whole smoke suite; s: a soak; "
+            "q or Ctrl-C: stop."
+        )
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -101,7 +124,7 @@ class DevScreen(DevView):
                 f"[{_STYLES.get(state, 'yellow')}]{escape(state)}[/]",
                 escape(first[: max(20, console.width - len(name) - 16)]),
             )
-        table.add_row("", "", f"[dim]{escape(self.footer)}  (f: whole suite, q: stop)[/]")
+        table.add_row("", "", f"[dim]{escape(self.footer)}  (f: whole suite, s: soak, q: stop)[/]")
         self.live.update(table, refresh=True)
 
 

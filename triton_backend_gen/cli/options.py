@@ -9,8 +9,10 @@ import typer
 
 from triton_backend_gen import versions
 from triton_backend_gen.errors import TbgenError, UsageError
+from triton_backend_gen.perf.stats import parse_duration
 from triton_backend_gen.project import Project, load_project_or_none
 from triton_backend_gen.runtime.instance_kind import parse_instance_kind
+from triton_backend_gen.smoke.soak import MIN_SOAK_S, SoakOptions
 
 PatternOption = Annotated[
     Optional[str],
@@ -76,6 +78,43 @@ ReleaseOption = Annotated[
     ),
 ]
 ProjectOption = Annotated[Path, typer.Option("--project", help="The project (default: the one here).")]
+SoakOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--soak",
+        help="Also load every model with valid requests for this long (2m, 90s, 1h), every answer checked, "
+        "the memory of the server and of each python stub sampled: a leak (its slope) or a latency drift "
+        "fails the run.",
+    ),
+]
+SoakConcurrencyOption = Annotated[
+    Optional[int], typer.Option("--concurrency", min=1, help="With --soak: clients in all (default 4).")
+]
+SoakRateOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--rate", help="With --soak: requests per second in all (default: each client as fast as answered)."
+    ),
+]
+
+
+def soak_options(soak: str | None, concurrency: int | None, rate: float | None) -> SoakOptions | None:
+    """--soak DURATION with its --concurrency and --rate (UsageError for those without --soak, a rate that
+    is not positive, a soak too short to fit)."""
+    if soak is None:
+        given = [name for name, value in (("--concurrency", concurrency), ("--rate", rate)) if value]
+        if given:
+            raise UsageError(f"{' and '.join(given)} shape a soak.", "Add --soak DURATION, e.g. --soak 2m.")
+        return None
+    seconds = parse_duration(soak, "--soak")
+    if seconds < MIN_SOAK_S:
+        raise UsageError(
+            f"--soak {soak} is too short to fit a trend after its warm-up.",
+            f"Give at least {MIN_SOAK_S:.0f}s, e.g. --soak 2m.",
+        )
+    if rate is not None and not rate > 0:
+        raise UsageError(f"--rate {rate:g} is no request rate.", "Give requests per second, e.g. --rate 200.")
+    return SoakOptions(seconds, concurrency or SoakOptions.concurrency, rate)
 
 
 def instance_kind(text: str | None) -> str | None:

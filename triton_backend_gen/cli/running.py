@@ -19,8 +19,12 @@ from triton_backend_gen.cli.options import (
     QuietOption,
     SanitizeOption,
     ServerPath,
+    SoakConcurrencyOption,
+    SoakOption,
+    SoakRateOption,
     VerboseNotesOption,
     check_docker_options,
+    soak_options,
 )
 from triton_backend_gen.cli.options import instance_kind as instance_kind_option
 from triton_backend_gen.cli.output import (
@@ -37,6 +41,7 @@ from triton_backend_gen.cli.output import (
 from triton_backend_gen.commands.bench import run_bench
 from triton_backend_gen.commands.infer import Sequencing, infer_once
 from triton_backend_gen.commands.test import (
+    check_chaos_options,
     check_unit_options,
     check_url_options,
     run_project_tests,
@@ -230,6 +235,19 @@ def test_(
             "not with --docker, as they run on this machine).",
         ),
     ] = None,
+    soak: SoakOption = None,
+    concurrency: SoakConcurrencyOption = None,
+    rate: SoakRateOption = None,
+    chaos: Annotated[
+        bool,
+        typer.Option(
+            "--chaos",
+            help="Last, break the server's own parts while valid requests flow: kill a python stub of each "
+            "python model, unload the models each BLS model calls and load them again; each step is "
+            "reported (which stub, whether the server recovered or said not ready, the requests that "
+            "failed). Needs the local server tbgen starts.",
+        ),
+    ] = False,
     quiet: QuietOption = False,
     verbose: VerboseNotesOption = False,
 ) -> None:
@@ -246,7 +264,9 @@ def test_(
             instance_kind=instance_kind_option(instance_kind),
             server=server,
         )
-        _check_test_flags(url=url, unit=unit, fuzz=fuzz, **server_options)
+        soaked = soak_options(soak, concurrency, rate)
+        _check_test_flags(url=url, unit=unit, fuzz=fuzz, soak=soaked, **server_options)
+        check_chaos_options(chaos, url=url, unit=bool(unit), docker=docker, packaged=packaged)
         if packaged and not (docker and image):
             raise UsageError(
                 "--packaged tests an image made by `tbgen package`.", "Add --docker --image TAG."
@@ -264,20 +284,22 @@ def test_(
                     url=url,
                     unit=unit is None,
                     progress=shown,
+                    soak=soaked,
+                    chaos=chaos,
                     **server_options,
                 )
             )
     report_tests(report, junit_xml, quiet=quiet, verbose=verbose, streamed=True)
 
 
-def _check_test_flags(*, url: str | None, unit: bool | None, fuzz: int, **server_options) -> None:
+def _check_test_flags(*, url: str | None, unit: bool | None, fuzz: int, soak, **server_options) -> None:
     """UsageError for flags that cannot go with --url or --unit (before --image's or --gpu's own checks, so
     that the error names the flag that rules the others out)."""
     if url is not None:
         check_url_options(unit=bool(unit), **server_options)
         parse_server_address(url)  # a --url that is no address: said before anything else is read
     if unit:
-        check_unit_options(fuzz=fuzz, **server_options)
+        check_unit_options(fuzz=fuzz, soak=soak is not None, **server_options)
     check_docker_options(server_options["docker"], server_options["image"], server_options["gpu"])
 
 

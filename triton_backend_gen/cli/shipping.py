@@ -9,7 +9,15 @@ from typing import Annotated, Optional
 import typer
 
 from triton_backend_gen.cli.app import app, deploy_app, env_app
-from triton_backend_gen.cli.options import ImageOption, ProjectOption, check_docker_options
+from triton_backend_gen.cli.options import (
+    ImageOption,
+    ProjectOption,
+    SoakConcurrencyOption,
+    SoakOption,
+    SoakRateOption,
+    check_docker_options,
+    soak_options,
+)
 from triton_backend_gen.cli.output import Column, note, records, say, user_errors
 from triton_backend_gen.cli.running import report_tests
 from triton_backend_gen.commands.deploy import deploy_local as run_pod_spec
@@ -25,6 +33,7 @@ from triton_backend_gen.deploy import (
     render_manifests,
 )
 from triton_backend_gen.deploy.values import chart_name, startup_probe
+from triton_backend_gen.errors import UsageError
 from triton_backend_gen.findings import NOTE, WARNING
 from triton_backend_gen.project import Project, load_project
 from triton_backend_gen.runtime.load_time import read_load_time
@@ -93,9 +102,15 @@ def package(
     test: Annotated[
         bool, typer.Option("--test", help="Then run the smoke suite against a container of the image.")
     ] = False,
+    soak: SoakOption = None,
+    concurrency: SoakConcurrencyOption = None,
+    rate: SoakRateOption = None,
 ) -> None:
     """Build the project's Dockerfile into a deployable image: the server, the backend and /models."""
     with user_errors():
+        soaked = soak_options(soak, concurrency, rate)
+        if soaked is not None and not test:
+            raise UsageError("--soak runs with the smoke suite of the image.", "Add --test.")
         loaded = load_project(project)
         result = package_project(loaded, tag=image_tag, base_image=base_image, progress=say)
     if result.prebuilt:
@@ -106,7 +121,7 @@ def package(
     say(f"Built {result.tag} ({result.image_id[:19]}) from {source}; log: {result.log_file}")
     if test:
         with user_errors():
-            report = run_project_tests(loaded, image=result.tag, packaged=True)
+            report = run_project_tests(loaded, image=result.tag, packaged=True, soak=soaked)
         report_tests(report, junit_xml=None)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from triton_backend_gen.errors import BuildError, ServerError, TbgenError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config.parsing import load_model_config
+from triton_backend_gen.perf.soak_report import write_soak_report
 from triton_backend_gen.project import BATCH_STRATEGY_LIBRARY, BackendKind, Project, load_project
 from triton_backend_gen.runtime import prepare_server
 from triton_backend_gen.runtime.instance_kind import run_repository
@@ -40,8 +41,9 @@ from triton_backend_gen.runtime.server import TritonServer
 from triton_backend_gen.runtime.stub_watch import StubWatch, watch_stubs
 from triton_backend_gen.smoke.checks import plan_smoke, served_configs
 from triton_backend_gen.smoke.clients import Endpoints
-from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model_spec
+from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model_spec, load_model_specs
 from triton_backend_gen.smoke.run import SmokeResult, run_smoke
+from triton_backend_gen.smoke.soak import SoakModel, SoakOptions, run_soak, soak_results
 from triton_backend_gen.smoke.stub_health import stub_health
 from triton_backend_gen.toolchain.build import build_kind, build_project
 from triton_backend_gen.toolchain.unit_tests import run_unit_tests
@@ -52,6 +54,7 @@ watchfiles = lazy_module("watchfiles")
 DEV_COPY_GLOB = "libtriton_{backend}.dev*.so"  # libtriton_<backend>.dev<pid>.<n>.so: one session's copies
 _DEV_COPY_PID = re.compile(r"\.dev(\d+)\.\d+\.so$")
 PASS, FAIL = "pass", "FAIL"
+DEFAULT_SOAK = SoakOptions(60.0)  # the key s without --soak: a minute
 
 
 class DevView:
@@ -302,6 +305,42 @@ class DevSession:
         self.view.verdict(passed, time.monotonic() - started, "the full suite")
         return passed
 
+    def soak(self, options: SoakOptions) -> bool:
+        """A soak of the session's models against the running server (smoke.soak): each verdict as a note, a
+        failure on its model; the report written beside the project's other runtime files."""
+        started = time.monotonic()
+        self.view.note(f"a soak of {options.seconds:.0f} s: valid load, memory sampled")
+        self._revive_server()
+        assert self.triton is not None
+        endpoints = Endpoints(self.triton.http_url, self.triton.grpc_url, self.triton.log_file)
+        models = [
+            SoakModel(spec, reference)
+            for name in self.served
+            if self._has_entry(name)
+            for reference, spec, _ in load_model_specs(
+                self.project, self.project.model(name), self._repository()
+            )
+        ]
+        run = run_soak(
+            models,
+            endpoints,
+            options,
+            server_pid=self.triton.pid,
+            watch=self.stubs,
+            is_healthy=lambda: self.triton.running,
+            progress=self.view.note,
+        )
+        results = soak_results(run, named=True)
+        for result in results:
+            self.view.note(
+                f"{PASS if result.passed else FAIL}  {result.name}: {result.detail.splitlines()[0]}"
+            )
+        written = write_soak_report(self.project.runtime_dir / "soak", run)
+        self.view.note(f"soak report: {written[0]}")
+        passed = all(r.passed for r in results)
+        self.view.verdict(passed, time.monotonic() - started, "the soak")
+        return passed
+
     # --- phases --------------------------------------------------------------------------------------------
     def _build(self, *, initial: bool) -> tuple[bool, bool]:
         """The incremental build: (whether it succeeded, whether it did any work); a failure shows the
@@ -368,7 +407,7 @@ class DevSession:
         """The quick checks (else the whole smoke suite) of ``models``; whether all passed (each model's
         status shows its verdict)."""
         assert self.triton is not None
-        endpoints = Endpoints(http_url=self.triton.http_url, grpc_url=self.triton.grpc_url)
+        endpoints = Endpoints(self.triton.http_url, self.triton.grpc_url, self.triton.log_file)
         passed = True
         for name in models:
             if not self._has_entry(name):
@@ -549,9 +588,11 @@ def run_dev(
     model: str | None = None,
     instance_kind: str | None = None,
     full: bool = False,
+    soak: SoakOptions | None = None,
 ) -> None:
     """Serve ``project`` and verify every save until Ctrl-C or SIGTERM (a KeyboardInterrupt, which stops the
-    server on its way out) or the key ``q``; ``f`` (``keys``) or ``full`` runs the whole smoke suite."""
+    server on its way out) or the key ``q``; ``f`` (``keys``) or ``full`` runs the whole smoke suite, ``s``
+    or ``soak`` a soak (of ``soak``'s length, else a minute)."""
     remove_stale_copies(project)
     while True:
         # The watcher starts before the first turn, so that a save made while it runs is not missed.
@@ -562,7 +603,9 @@ def run_dev(
                 session.start()
                 if full:
                     session.full()
-                _watch(session, changes, keys)
+                if soak is not None:
+                    session.soak(soak)
+                _watch(session, changes, keys, soak or DEFAULT_SOAK)
                 return
         except RestartSession as err:
             if err.wait:
@@ -599,9 +642,12 @@ def _changes(project: Project) -> Iterator[set[tuple[object, str]]]:
 
 
 def _watch(
-    session: DevSession, changes: Iterator[set[tuple[object, str]]], keys: Callable[[], str | None]
+    session: DevSession,
+    changes: Iterator[set[tuple[object, str]]],
+    keys: Callable[[], str | None],
+    soak: SoakOptions,
 ) -> None:
-    """Hand each save to ``session`` until the key ``q``; a key ``f`` runs the full suite."""
+    """Hand each save to ``session`` until the key ``q``; a key ``f`` runs the full suite, ``s`` a soak."""
     root = str(session.project.root)
     for changed in changes:
         key = keys()
@@ -609,6 +655,8 @@ def _watch(
             return
         if key == "f":
             session.full()
+        if key == "s":
+            session.soak(soak)
         if changed:
             paths = {Path(path) for _, path in changed}
             # an editor's temporary files come and go within a save: name what is there now

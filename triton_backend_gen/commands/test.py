@@ -11,16 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from triton_backend_gen.errors import UsageError
+from triton_backend_gen.perf.soak_report import write_soak_report
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime import prepare_server
+from triton_backend_gen.runtime.control_mode import control_mode_args
 from triton_backend_gen.runtime.load_time import record_load_time
 from triton_backend_gen.runtime.remote import RemoteServer, parse_server_address
 from triton_backend_gen.smoke.run import SmokeResult
+from triton_backend_gen.smoke.soak import SoakOptions
 from triton_backend_gen.smoke.suite import SuiteProgress, SuiteReport, run_suite
 from triton_backend_gen.toolchain.ensure_built import ensure_built
 from triton_backend_gen.toolchain.unit_tests import UnitResult, run_unit_tests
 
 UNIT_PREFIX = "unit: "  # what the name of a unit test's result starts with, among the smoke checks
+SOAK_REPORT = "soak"  # the soak's report, in the project's runtime directory
 
 
 def run_project_tests(
@@ -39,6 +43,8 @@ def run_project_tests(
     url: str | None = None,
     unit: bool = True,
     progress: SuiteProgress | None = None,
+    soak: SoakOptions | None = None,
+    chaos: bool = False,
 ) -> SuiteReport:
     """Smoke-test every model of ``project`` (or ``model``) in a real server, started and stopped here.
 
@@ -54,7 +60,12 @@ def run_project_tests(
 
     ``url`` (``HTTP``, ``HTTP,GRPC`` or ``HTTP,GRPC,METRICS`` host:port of a running server) tests that server
     instead: the project's models are loaded there through the repository API where the server allows it, else
-    found loaded and READY; their configs as served are compared with config.pbtxt by the suite's checks."""
+    found loaded and READY; their configs as served are compared with config.pbtxt by the suite's checks.
+
+    ``soak`` adds a soak after the checks (smoke.soak): sustained valid load, memory and latency judged.
+
+    ``chaos`` ends the run by breaking the server's own parts while requests flow (smoke.chaos): a local
+    server, started with explicit model control so that models can be unloaded and loaded again."""
     if url is not None:
         check_url_options(
             sanitize=sanitize,
@@ -68,10 +79,13 @@ def run_project_tests(
     check_test_options(
         sanitize=sanitize, docker=docker, gpu=gpu, packaged=packaged, instance_kind=instance_kind
     )
+    check_chaos_options(chaos, url=url, docker=docker, packaged=packaged)
     project.model(model)  # UsageError for a model the project does not have, before anything runs
     progress = progress or SuiteProgress()
     if url is not None:
-        return _test_running_server(project, url, model=model, fuzz=fuzz, seed=seed, progress=progress)
+        return _test_running_server(
+            project, url, model=model, fuzz=fuzz, seed=seed, progress=progress, soak=soak
+        )
     units = None
     if not packaged:
         units = _build_and_unit_test(project, server, sanitize, docker, image, model, unit, progress)
@@ -85,6 +99,7 @@ def run_project_tests(
         gpu=gpu,
         mount=not packaged,
         instance_kind=instance_kind,
+        extra_args=control_mode_args("explicit", project=True)[1] if chaos else (),
     )
     report = run_suite(
         project,
@@ -94,8 +109,11 @@ def run_project_tests(
         seed=seed,
         progress=progress,
         on_ready=lambda seconds: record_load_time(project, seconds, triton.describe()),
+        soak=soak,
+        chaos=chaos,
     )
     report.results[:0] = units.results if units is not None else []
+    _write_soak_report(project, report)
     if unit and docker and not packaged:
         report.notes.append(
             "the unit tests were not run: they run on this machine, not in the image "
@@ -139,13 +157,29 @@ def unit_check_result(result: UnitResult) -> SmokeResult:
 
 
 def _test_running_server(
-    project: Project, url: str, *, model: str | None, fuzz: int, seed: int, progress: SuiteProgress
+    project: Project,
+    url: str,
+    *,
+    model: str | None,
+    fuzz: int,
+    seed: int,
+    progress: SuiteProgress,
+    soak: SoakOptions | None,
 ) -> SuiteReport:
     """The smoke suite against the server at ``url``: the project's models (``model`` and those it calls)."""
     address = parse_server_address(url)
     names = project.needed_by(model) if model is not None else [m.name for m in project.models]
     triton = RemoteServer(address, project.model_repository, names)
-    return run_suite(project, triton, model=model, fuzz=fuzz, seed=seed, progress=progress)
+    report = run_suite(project, triton, model=model, fuzz=fuzz, seed=seed, progress=progress, soak=soak)
+    _write_soak_report(project, report)
+    return report
+
+
+def _write_soak_report(project: Project, report: SuiteReport) -> None:
+    """A soak's report (plots, samples) into the project's runtime directory, named in the notes."""
+    if report.soak is not None:
+        written = write_soak_report(project.runtime_dir / SOAK_REPORT, report.soak)
+        report.notes.append(f"soak report: {written[0]}")
 
 
 def check_url_options(
@@ -181,11 +215,12 @@ def check_unit_options(
     instance_kind: str | None = None,
     server: Path | None = None,
     fuzz: int = 0,
+    soak: bool = False,
 ) -> None:
     """UsageError naming the options that cannot go with --unit: each concerns the server, which the unit
     tests run without."""
     given = _server_flags(sanitize, docker, image, gpu, packaged, instance_kind, server) + _given(
-        ("--fuzz", fuzz)
+        ("--fuzz", fuzz), ("--soak", soak)
     )
     _refuse(
         given,
@@ -239,4 +274,23 @@ def check_test_options(
         raise UsageError(
             "--instance-kind rewrites a copy of the project's models; a packaged image serves its own.",
             "Drop --instance-kind, or test the project with --docker instead of --packaged.",
+        )
+
+
+def check_chaos_options(
+    chaos: bool,
+    *,
+    url: str | None = None,
+    unit: bool = False,
+    docker: bool = False,
+    packaged: bool = False,
+) -> None:
+    """UsageError naming the options that cannot go with --chaos: it kills python stubs of a server tbgen
+    starts on this machine (it must see their processes) and unloads models there."""
+    if chaos:
+        _refuse(
+            _given(("--url", url), ("--unit", unit), ("--docker", docker), ("--packaged", packaged)),
+            "--chaos breaks a server tbgen starts on this machine (it kills python stubs it must see, and "
+            "unloads and loads models)",
+            "drop --chaos (the other options run the smoke suite without it)",
         )

@@ -55,7 +55,7 @@ def check_report_dir(out_dir: Path) -> None:
         )
 
 
-def _write_files(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
+def write_report_files(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
     """Write ``files`` (name -> content) into ``out_dir``, created when missing; the paths, in order."""
     out_dir = Path(out_dir)
     try:
@@ -84,21 +84,21 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def _new_figure(width: float, height: float):
+def new_figure(width: float, height: float):
     """A figure on an Agg canvas, laid out by matplotlib's constrained layout (no pyplot)."""
     figure = mfigure.Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     backend_agg.FigureCanvasAgg(figure)
     return figure
 
 
-def _png(figure) -> bytes:
+def png_bytes(figure) -> bytes:
     """The figure as PNG bytes."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI, facecolor="white")
     return buffer.getvalue()
 
 
-def _empty_panel(axes, text: str) -> None:
+def empty_panel(axes, text: str) -> None:
     """A panel that says why it has nothing to show."""
     axes.set_axis_off()
     axes.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, color="#555555", wrap=True)
@@ -319,11 +319,11 @@ def _latency_axis(axes, latencies_ms: Iterable[float]) -> None:
 def _front_png(records, front, recommended, max_p99_us, min_throughput) -> bytes:
     """front.png: throughput against p99 latency of every point, the front, the start, the pick, the
     limits."""
-    figure = _new_figure(11.5, 6.6)
+    figure = new_figure(11.5, 6.6)
     axes = figure.add_subplot()
     if not records:
-        _empty_panel(axes, "Nothing was measured.")
-        return _png(figure)
+        empty_panel(axes, "Nothing was measured.")
+        return png_bytes(figure)
     _draw_points(figure, axes, records)
     _draw_front(axes, front)
     _mark_start_and_recommended(axes, records, recommended)
@@ -339,7 +339,7 @@ def _front_png(records, front, recommended, max_p99_us, min_throughput) -> bytes
         axes.set_xlim(left=0)
     handles, labels = axes.get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def _concurrency_axis(axes, concurrencies: Sequence[int]) -> None:
@@ -380,12 +380,12 @@ def _legend_name(label: str, records: Sequence[dict], recommended: dict | None) 
 
 def _concurrency_png(records, recommended, max_p99_us, min_throughput) -> bytes:
     """concurrency.png: throughput and p99 against concurrency of the best few configurations."""
-    figure = _new_figure(12, 5.4)
+    figure = new_figure(12, 5.4)
     panels = figure.subplots(1, 2, sharex=True)
     if not records:
         for axes in panels:
-            _empty_panel(axes, "Nothing was measured.")
-        return _png(figure)
+            empty_panel(axes, "Nothing was measured.")
+        return png_bytes(figure)
     labels = _best_labels(records, recommended, MOST_CONFIGURATIONS)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
     for index, label in enumerate(labels):
@@ -407,7 +407,7 @@ def _concurrency_png(records, recommended, max_p99_us, min_throughput) -> bytes:
     )
     many = f"{len(labels)} configurations" if len(labels) > 1 else "1 configuration"
     figure.suptitle(f"Against concurrency: {many}", x=0.01, ha="left")
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def _draw_concurrency_limits(panels, max_p99_us: float | None, min_throughput: float | None) -> None:
@@ -466,11 +466,11 @@ def _dimensions_png(records: Sequence[dict]) -> bytes:
     dimensions = _dimensions(records)
     columns = min(len(dimensions), 3) or 1
     rows = max(1, math.ceil(len(dimensions) / columns))
-    figure = _new_figure(max(7.5, 4.3 * columns + 0.8), 3.4 * rows + 1.2)
+    figure = new_figure(max(7.5, 4.3 * columns + 0.8), 3.4 * rows + 1.2)
     panels = figure.subplots(rows, columns, squeeze=False).ravel()
     if not dimensions:
-        _empty_panel(panels[0], "Every measured point had the same settings: no dimension to compare.")
-        return _png(figure)
+        empty_panel(panels[0], "Every measured point had the same settings: no dimension to compare.")
+        return png_bytes(figure)
     within = [r for r in records if r["meets"]]
     start = _start_point(records)
     for axes, (key, values) in zip(panels, dimensions.items(), strict=False):
@@ -490,7 +490,7 @@ def _dimensions_png(records: Sequence[dict]) -> bytes:
         mpatches.Patch(color=BAR, label="other values"),
     ]
     figure.legend(handles=patches, loc="outside lower center", ncols=2, frameon=False)
-    return _png(figure)
+    return png_bytes(figure)
 
 
 # ---- HTML -----------------------------------------------------------------------------------------------
@@ -517,7 +517,7 @@ code { background: #f3f4f6; padding: 1px 4px; border-radius: 4px; }
 """
 
 
-def _page(title: str, body: Iterable[str]) -> bytes:
+def html_page(title: str, body: Iterable[str]) -> bytes:
     """A whole HTML page: ``title`` (escaped here) and ``body`` (HTML already escaped)."""
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
@@ -528,7 +528,7 @@ def _page(title: str, body: Iterable[str]) -> bytes:
     ).encode()
 
 
-def _image(png: bytes, alt: str, caption: str) -> str:
+def html_image(png: bytes, alt: str, caption: str) -> str:
     """An embedded PNG with its caption."""
     data = base64.b64encode(png).decode("ascii")
     return (
@@ -537,7 +537,7 @@ def _image(png: bytes, alt: str, caption: str) -> str:
     )
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence], numeric: set[int], classes=()) -> str:
+def html_table(headers: Sequence[str], rows: Iterable[Sequence], numeric: set[int], classes=()) -> str:
     """An HTML table; every cell escaped, the ``numeric`` columns right-aligned, row ``classes`` by index."""
     classes = list(classes)
     head = "".join(
@@ -591,7 +591,7 @@ def _recommended_box(recommended: dict | None) -> str:
 def _front_table(front: Sequence[dict], recommended: dict | None) -> str:
     """The Pareto front, from the lowest latency up."""
     ordered = sorted(front, key=lambda r: (r["p99_us"], -r["throughput"]))
-    return _table(
+    return html_table(
         ["configuration", "concurrency", "throughput (/s)", "p50 (ms)", "p99 (ms)"],
         [
             (r["label"], r["concurrency"], _rate(r["throughput"]), _ms(r["p50_us"]), _ms(r["p99_us"]))
@@ -604,7 +604,7 @@ def _front_table(front: Sequence[dict], recommended: dict | None) -> str:
 
 def _measurements_table(records: Sequence[dict], recommended: dict | None) -> str:
     """Every measurement in the order measured; those outside the constraints greyed."""
-    return _table(
+    return html_table(
         [
             "#",
             "elapsed (s)",
@@ -694,11 +694,11 @@ def write_tune_report(
         f"<p class='explain'>{html.escape(TUNE_EXPLANATION)}</p>",
         _recommended_box(recommended),
         "<h2>Throughput against latency</h2>",
-        _image(pngs["front.png"], "throughput against p99 latency", FRONT_CAPTION),
+        html_image(pngs["front.png"], "throughput against p99 latency", FRONT_CAPTION),
         "<h2>Against concurrency</h2>",
-        _image(pngs["concurrency.png"], "throughput and p99 against concurrency", CONCURRENCY_CAPTION),
+        html_image(pngs["concurrency.png"], "throughput and p99 against concurrency", CONCURRENCY_CAPTION),
         "<h2>What each dimension did</h2>",
-        _image(pngs["dimensions.png"], "best throughput per value of each dimension", DIMENSIONS_CAPTION),
+        html_image(pngs["dimensions.png"], "best throughput per value of each dimension", DIMENSIONS_CAPTION),
         "<h2>Pareto front</h2>",
         _front_table(front, recommended),
         "<h2>Every measurement</h2>",
@@ -707,8 +707,8 @@ def write_tune_report(
     if notes:
         items = "".join(f"<li>{html.escape(note)}</li>" for note in notes)
         body += ["<h2>Notes</h2>", f"<ul>{items}</ul>"]
-    page = _page(f"Tuning {model}", body)
-    return _write_files(out_dir, {"report.html": page, **pngs})
+    page = html_page(f"Tuning {model}", body)
+    return write_report_files(out_dir, {"report.html": page, **pngs})
 
 
 # ---- Bench ----------------------------------------------------------------------------------------------
@@ -780,13 +780,13 @@ def _bench_server_time(axes, levels: Sequence[Level], scale: float, unit: str) -
 
 def _bench_png(report: BenchReport) -> bytes:
     """bench.png: throughput, latency percentiles and the server's queue/compute time against concurrency."""
-    figure = _new_figure(12.5, 4.5)
+    figure = new_figure(12.5, 4.5)
     panels = figure.subplots(1, 3)
     levels = sorted(report.levels, key=lambda level: level.concurrency)
     if not levels:
         for axes in panels:
-            _empty_panel(axes, "No level was measured.")
-        return _png(figure)
+            empty_panel(axes, "No level was measured.")
+        return png_bytes(figure)
     scale, unit = _latency_unit(levels)
     _bench_throughput(panels[0], levels)
     _bench_latency(panels[1], levels, scale, unit)
@@ -797,7 +797,7 @@ def _bench_png(report: BenchReport) -> bytes:
         axes.grid(True, axis="y", alpha=0.3)
         axes.set_axisbelow(True)
     figure.suptitle(f"{report.model}: {report.protocol}, batch {report.batch_size}", x=0.01, ha="left")
-    return _png(figure)
+    return png_bytes(figure)
 
 
 def _bench_table(report: BenchReport, scale: float, unit: str) -> str:
@@ -818,7 +818,7 @@ def _bench_table(report: BenchReport, scale: float, unit: str) -> str:
         )
         for level in sorted(report.levels, key=lambda level: level.concurrency)
     ]
-    return _table(headers, rows, numeric=set(range(len(headers))))
+    return html_table(headers, rows, numeric=set(range(len(headers))))
 
 
 def _times(level: Level) -> tuple[float, ...]:
@@ -864,9 +864,9 @@ def write_bench_report(out_dir: Path, report: BenchReport) -> list[Path]:
         f"<p class='lead'>{html.escape(line)}</p>",
         f"<p class='explain'>{html.escape(BENCH_EXPLANATION)}</p>",
         _errors_box(errors),
-        _image(png, "throughput, latency and server time against concurrency", BENCH_CAPTION),
+        html_image(png, "throughput, latency and server time against concurrency", BENCH_CAPTION),
         "<h2>Levels</h2>",
         _bench_table(report, scale, unit),
     ]
-    page = _page(f"Benchmark of {report.model}", body)
-    return _write_files(out_dir, {"bench-report.html": page, "bench.png": png})
+    page = html_page(f"Benchmark of {report.model}", body)
+    return write_report_files(out_dir, {"bench-report.html": page, "bench.png": png})

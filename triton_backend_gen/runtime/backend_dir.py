@@ -23,7 +23,11 @@ from pathlib import Path
 from triton_backend_gen.discovery import STUB_NAME, ServerInstall, python_version_of
 from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import BackendKind, Project
-from triton_backend_gen.runtime.sanitizers import sanitizer_environment, sanitizer_runtimes
+from triton_backend_gen.runtime.sanitizers import (
+    leak_check_library,
+    sanitizer_environment,
+    sanitizer_runtimes,
+)
 
 PYTHON_BACKEND = "python"
 
@@ -95,6 +99,9 @@ def assemble_backend_dir(
         _link_own_backend(install, project, own_backend, backends)
         if project.is_cpp:
             runtimes = sanitizer_runtimes(project.library)
+        if any(path.name.startswith("libasan") for path in runtimes):
+            leak_check = leak_check_library(dest)
+            runtimes += (leak_check,) if leak_check is not None else ()
 
     if install.libtritonserver is not None:
         (lib / "libtritonserver.so").symlink_to(install.libtritonserver)

@@ -12,7 +12,10 @@ whose config.pbtxt leaves its tensors to the backend's auto-complete is planned 
   concurrent requests (and, with dynamic batching, proof that the server merged some of them);
 - decoupled models over gRPC streaming: count, order and content of the responses against
   ``reference.responses``, the final flag, several requests per stream, concurrent streams, a stream
-  cancelled mid-way;
+  cancelled mid-way; the protocol itself, each fault named (``stream_protocol``): a response after the final
+  flag, the final flag twice, an error response mid-stream, a stream that never ends (its per-request
+  deadline: reference.py's ``STREAM_DEADLINE_S``, else REQUEST_TIMEOUT_S), read from the stream and, for
+  what a client cannot see on the server's release, from the lines the server's log gained meanwhile;
 - sequence models (config.pbtxt's sequence_batching): every request carries a correlation ID and START/END
   flags (a sequence of its own when a check sends one request); sequences over HTTP and gRPC, interleaved
   from concurrent clients, restarted, for an unknown correlation ID and idle past the timeout, each answer
@@ -27,7 +30,8 @@ The fuzzer (:func:`plan_fuzz`, :func:`run_fuzz`) sends deterministic randomised 
 raw HTTP and gRPC (loopback only) and reports what came back and the server's memory before and after.
 
 Modules: ``model`` (the model's config.pbtxt as a ModelSpec, reference.py), ``compare`` (judging outputs and
-served configs), ``clients`` (tritonclient clients and gRPC streams), ``checks`` (the checks and
+served configs), ``clients`` (tritonclient clients and gRPC streams), ``stream_protocol`` (the decoupled
+protocol judged: a stream's ledger, what the server's log names), ``checks`` (the checks and
 :func:`plan_smoke`), ``sequences`` (the checks of sequence models), ``metrics`` (custom metrics),
 ``parameters`` (request parameters), ``run`` (:func:`run_smoke`, JUnit XML), ``fuzz`` (:func:`plan_fuzz`,
 :func:`run_fuzz`, the report, server memory) and ``fuzz_requests`` (the registry of fuzz kinds and what each

@@ -35,6 +35,7 @@ from triton_backend_gen.smoke.model import (
 )
 from triton_backend_gen.smoke.run import SmokeCheck
 from triton_backend_gen.smoke.sequences import plan_sequence_checks
+from triton_backend_gen.smoke.stream_protocol import LogWindow, stream_deadline
 
 json_format = lazy_module("google.protobuf.json_format")
 np = lazy_module("numpy")
@@ -323,9 +324,33 @@ def _assert_stream_matches(
         assert_outputs_match(got, want, reference.TOLERANCE, f"{context}, response {index}")
 
 
+def _stream(reference: ModuleType, endpoints: Endpoints) -> Stream:
+    """A stream whose requests must end within the model's per-request deadline (reference.py's
+    STREAM_DEADLINE_S, else the suite's request timeout)."""
+    return Stream(endpoints, stream_deadline(reference, REQUEST_TIMEOUT_S))
+
+
+def _watching_log(check: Callable[[Endpoints], str], endpoints: Endpoints) -> str:
+    """``check``, failed also by the protocol faults that only the server's log shows (the lines it gained
+    while the check ran: a crash after a final flag, a python stub's refusal of a send after it), when the
+    endpoints name the server's log (a server tbgen started; not one at --url)."""
+    window = LogWindow(endpoints.log_file)
+    try:
+        detail = check(endpoints)
+    except AssertionError as err:
+        faults = window.faults()
+        if faults:
+            raise AssertionError("; ".join(faults) + f" (the check itself: {err})") from None
+        raise
+    faults = window.faults()
+    if faults:
+        raise AssertionError("; ".join(faults) + f" (the check itself passed: {detail})")
+    return detail
+
+
 def _check_stream(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
     counts = []
-    with Stream(endpoints) as stream:
+    with _stream(reference, endpoints) as stream:
         for seed in (0, 1):
             inputs = reference.make_inputs(spec.batch_sizes[0], seed=seed)
             stream.send(spec, inputs, request_id=f"seed{seed}")
@@ -345,7 +370,7 @@ def _check_stream_without_responses(spec: ModelSpec, reference: ModuleType, endp
             f"reference.no_response_inputs() makes a request that reference.responses() answers with "
             f"{len(expected)} responses: make it stream none, or remove it"
         )
-    with Stream(endpoints) as stream:
+    with _stream(reference, endpoints) as stream:
         stream.send(spec, inputs, request_id="none")
         results = stream.collect(["none"])["none"]
     _assert_stream_matches(spec, reference, results, inputs, "a request without responses")
@@ -356,7 +381,7 @@ def _check_stream_without_responses(spec: ModelSpec, reference: ModuleType, endp
 
 def _check_stream_many_requests(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
     requests = {f"r{seed}": reference.make_inputs(spec.batch_sizes[0], seed=seed) for seed in range(2, 6)}
-    with Stream(endpoints) as stream:
+    with _stream(reference, endpoints) as stream:
         for request_id, inputs in requests.items():
             stream.send(spec, inputs, request_id=request_id)
         results = stream.collect(list(requests))
@@ -369,7 +394,7 @@ def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints:
     count = 4
 
     def run(seed: int) -> None:
-        with Stream(endpoints) as stream:
+        with _stream(reference, endpoints) as stream:
             inputs = reference.make_inputs(spec.batch_sizes[0], seed=seed)
             stream.send(spec, inputs, request_id=f"c{seed}")
             results = stream.collect([f"c{seed}"])[f"c{seed}"]
@@ -382,7 +407,7 @@ def _check_concurrent_streams(spec: ModelSpec, reference: ModuleType, endpoints:
 def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endpoints) -> str:
     inputs = reference.make_inputs(spec.batch_sizes[0], seed=7)
     expected = len(reference.responses(inputs))
-    stream = Stream(endpoints)
+    stream = _stream(reference, endpoints)
     try:
         stream.send(spec, inputs, request_id="cancelled")
         _result, error = stream.next()
@@ -394,7 +419,7 @@ def _check_stream_cancel(spec: ModelSpec, reference: ModuleType, endpoints: Endp
     # The model keeps serving: a fresh stream gets its whole answer.
     with open_client("grpc", endpoints) as client:
         assert_healthy(client, spec, "grpc", "a stream cancelled mid-way")
-    with Stream(endpoints) as fresh:
+    with _stream(reference, endpoints) as fresh:
         inputs = reference.make_inputs(spec.batch_sizes[0], seed=8)
         fresh.send(spec, inputs, request_id="after")
         _assert_stream_matches(
@@ -536,26 +561,23 @@ def _plan_model(spec: ModelSpec, config: ModelConfig, reference: ModuleType) -> 
 
 
 def _plan_stream_checks(spec: ModelSpec, reference: ModuleType) -> list[SmokeCheck]:
-    """The checks of a decoupled model: its gRPC streams, and its refusal of non-streaming requests."""
+    """The checks of a decoupled model: its gRPC streams (each also judged by the lines the server's log
+    gained meanwhile), and its refusal of non-streaming requests."""
+
+    def streamed(name: str, check: Callable, quick: bool = True) -> SmokeCheck:
+        return SmokeCheck(name, "grpc", partial(_watching_log, partial(check, spec, reference)), quick=quick)
+
     plan = [
-        SmokeCheck("stream", "grpc", partial(_check_stream, spec, reference)),
-        SmokeCheck(
-            "several requests on one stream", "grpc", partial(_check_stream_many_requests, spec, reference)
-        ),
-        SmokeCheck(
-            "concurrent streams", "grpc", partial(_check_concurrent_streams, spec, reference), quick=False
-        ),
-        SmokeCheck("stream cancelled mid-way", "grpc", partial(_check_stream_cancel, spec, reference)),
+        streamed("stream", _check_stream),
+        streamed("several requests on one stream", _check_stream_many_requests),
+        streamed("concurrent streams", _check_concurrent_streams, quick=False),
+        streamed("stream cancelled mid-way", _check_stream_cancel),
     ]
     # Optional in reference.py (references written before it existed lack it; None: the signature allows no
     # such request).
     no_responses = getattr(reference, "no_response_inputs", None)
     if no_responses is not None and no_responses(spec.batch_sizes[0]) is not None:
-        plan.append(
-            SmokeCheck(
-                "request without responses", "grpc", partial(_check_stream_without_responses, spec, reference)
-            )
-        )
+        plan.append(streamed("request without responses", _check_stream_without_responses))
     for protocol, what in (("http", "HTTP /infer"), ("grpc", "unary gRPC infer")):
         plan.append(
             SmokeCheck(

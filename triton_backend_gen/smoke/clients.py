@@ -3,28 +3,45 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import queue
+import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Self
 
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.smoke.model import ModelSpec
+from triton_backend_gen.smoke.stream_protocol import StreamLedger, StreamMessage
 
+grpc = lazy_module("grpc")
 np = lazy_module("numpy")
 grpcclient = lazy_module("tritonclient.grpc")
+grpc_utils = lazy_module("tritonclient.grpc._utils")
+service_pb2_grpc = lazy_module("tritonclient.grpc.service_pb2_grpc")
 httpclient = lazy_module("tritonclient.http")
 tritonutils = lazy_module("tritonclient.utils")
 
 REQUEST_TIMEOUT_S = 30.0  # one request or one stream of the smoke suite
+CLOSE_GRACE_S = 2.0  # how long a stream left on an error, its requests ended, may take to end before a cancel
+# tritonclient's channel options: messages of any size (gRPC's default limit is 4 MiB).
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 2**31 - 1),
+    ("grpc.max_receive_message_length", 2**31 - 1),
+]
 
 
 @dataclass(frozen=True)
 class Endpoints:
     http_url: str  # "127.0.0.1:8000"
     grpc_url: str  # "127.0.0.1:8001"
+    # The server's log, where this machine can read it (None: unknown): checks read the lines it gains while
+    # they run for what a client cannot see (smoke.stream_protocol.LogWindow).
+    log_file: Path | None = None
 
 
 # ---- Clients --------------------------------------------------------------------------------------------
@@ -197,15 +214,54 @@ def error_text(err: Exception) -> str:
 # ---- gRPC streams ---------------------------------------------------------------------------------------
 
 
-class Stream:
-    """One gRPC stream: requests with ids, and each request's results up to its final flag."""
+def stream_message(message: Any) -> StreamMessage:
+    """A ModelStreamInferResponse as the ledger reads it. An error keeps its request id and final flag, which
+    tritonclient's own stream drops (it hands on the error's text alone)."""
+    response = message.infer_response
+    flag = response.parameters.get("triton_final_response")
+    final = flag.bool_param if flag is not None else None
+    if message.error_message:
+        error = tritonutils.InferenceServerException(msg=message.error_message)
+        return StreamMessage(response.id or "", error=error, final=final)
+    return StreamMessage(
+        response.id, grpcclient.InferResult(response), final=final, data=bool(response.outputs)
+    )
 
-    def __init__(self, endpoints: Endpoints) -> None:
-        self._grpcclient = grpcclient
-        self._client = grpcclient.InferenceServerClient(endpoints.grpc_url)
-        self._results: queue.Queue = queue.Queue()
-        self._client.start_stream(callback=lambda result, error: self._results.put((result, error)))
+
+class Stream:
+    """One gRPC stream (ModelStreamInfer): requests with ids, and each request's results up to its final flag,
+    judged against the decoupled protocol as they come (smoke.stream_protocol: a response after the final
+    flag, the final flag twice, an error response mid-stream, no final flag within ``deadline_s`` of the
+    request: each an AssertionError naming it).
+
+    It reads the stream's messages itself rather than through tritonclient's stream, which hands on an error
+    response's text alone (not its request id nor its final flag); the requests are tritonclient's own. A
+    stream left on an error cancels its requests; one closed cleanly waits for the server to end it, at most
+    until its open requests' deadline, and names what came after a request's final flag meanwhile."""
+
+    def __init__(self, endpoints: Endpoints, deadline_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.deadline_s = deadline_s
+        self._ledger = StreamLedger()
+        self._requests: queue.Queue = queue.Queue()  # what gRPC sends; None half-closes the stream
+        self._messages: queue.Queue = queue.Queue()
+        self._cancelled = False
         self._closed = False
+        self._channel = grpc.insecure_channel(endpoints.grpc_url, options=_CHANNEL_OPTIONS)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        self._call = stub.ModelStreamInfer(iter(self._requests.get, None))
+        self._reader = threading.Thread(target=self._read, name="tbgen-stream", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        """The reader thread: every message of the stream into the queue, then how the stream failed (not
+        when this side cancelled it)."""
+        try:
+            for message in self._call:
+                self._messages.put(stream_message(message))
+        except grpc.RpcError as err:
+            if not self._cancelled:
+                error = tritonutils.InferenceServerException(msg=err.details(), status=str(err.code()))
+                self._messages.put(StreamMessage(None, error=error))
 
     def send(
         self,
@@ -218,14 +274,22 @@ class Stream:
         """Send one request (with request ``parameters``); a request of a sequence model carries ``sequence``
         (default: a sequence of its own)."""
         sequence = sequence or one_request_sequence(spec)
-        self._client.async_stream_infer(
-            spec.name,
-            infer_inputs("grpc", inputs, spec.input_datatypes),
+        flags = {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
+        request = grpc_utils._get_inference_request(  # what tritonclient's async_stream_infer sends
+            model_name=spec.name,
+            inputs=infer_inputs("grpc", inputs, spec.input_datatypes),
+            model_version="",
             request_id=request_id,
-            enable_empty_final_response=True,
+            outputs=None,
+            priority=0,
+            timeout=None,
             parameters=parameters,
-            **(sequence.kwargs() if sequence else {}),
+            **{**flags, **(sequence.kwargs() if sequence else {})},
         )
+        # The final flag alone comes as an empty response (else a client learns of it only from its absence).
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        self._ledger.sent(request_id, time.monotonic())
+        self._requests.put(request)
 
     def infer(
         self,
@@ -254,36 +318,77 @@ class Stream:
         results = self.collect([request_id])[request_id]
         return [r for r in results if any(r.as_numpy(name) is not None for name in spec.output_names)]
 
-    def next(self, timeout: float = REQUEST_TIMEOUT_S):
-        """The next (result, error) on the stream."""
+    def next(self, timeout: float | None = None):
+        """The next (result, error) on the stream, within ``timeout`` (default: the per-request deadline)."""
+        message = self._next_message(self.deadline_s if timeout is None else timeout)
+        if message is None:
+            wait = self.deadline_s if timeout is None else timeout
+            raise AssertionError(f"no response on the stream within {wait:g} s")
+        return message.result, message.error
+
+    def _next_message(self, timeout: float) -> StreamMessage | None:
+        """The next message, taken into the ledger (AssertionError for a protocol fault); None when none
+        came within ``timeout``."""
         try:
-            return self._results.get(timeout=timeout)
+            message = self._messages.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"no response on the stream within {timeout:.0f} s") from None
+            return None
+        request_id = self._ledger.receive(message, error_text(message.error) if message.error else "")
+        return dataclasses.replace(message, request_id=request_id)
 
     def collect(self, request_ids: list[str]) -> dict[str, list]:
-        """Every result of each request, in arrival order, up to and including its final one."""
+        """Every result of each request, in arrival order, up to and including its final one; AssertionError
+        for an error response, a protocol fault, or a request whose final flag did not come within the
+        per-request deadline."""
         results: dict[str, list] = {request_id: [] for request_id in request_ids}
-        open_ids = set(request_ids)
-        while open_ids:
-            result, error = self.next()
-            if error is not None:
-                raise AssertionError(f"the stream returned an error: {error_text(error)}")
-            response = result.get_response()
-            if response.id not in results:
-                raise AssertionError(f"a response for unknown request id {response.id!r}")
-            results[response.id].append(result)
-            if is_final(result):
-                open_ids.discard(response.id)
+        while any(self._ledger.is_open(request_id) for request_id in request_ids):
+            wait = self._ledger.wait_s(request_ids, time.monotonic(), self.deadline_s)
+            message = self._next_message(wait)
+            if message is None:
+                fault = self._ledger.overdue(request_ids, time.monotonic(), self.deadline_s)
+                if fault is not None:
+                    raise AssertionError(fault)
+                continue
+            if message.request_id not in results:
+                raise AssertionError(f"a response for unknown request id {message.request_id!r}")
+            if message.result is not None:
+                results[message.request_id].append(message.result)
+            failed = self._ledger.failed(message.request_id)
+            if failed is not None and not self._ledger.is_open(message.request_id):
+                raise AssertionError(f"the stream returned an error: {failed}")
         return results
 
     def close(self, cancel: bool = False) -> None:
-        if not self._closed:
-            self._closed = True
-            try:
-                self._client.stop_stream(cancel_requests=cancel)
-            finally:
-                self._client.close()
+        """Close the stream: ``cancel`` the requests still open, or let the server end it (within the open
+        requests' deadline, else cancelled: AssertionError, the stream never ended) and name anything that
+        came after a request's final flag meanwhile."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._requests.put(None)  # half-close: the server ends the stream once its requests are done
+            open_ids = self._ledger.open_ids()
+            # A stream whose requests have all ended is not cancelled: the 2.51 server's shutdown waits 15 s
+            # for a stream cancelled after its final responses. The server ends it at once.
+            if not cancel or not open_ids:
+                wait = self._ledger.wait_s(open_ids, time.monotonic(), self.deadline_s)
+                self._reader.join(min(wait, CLOSE_GRACE_S) if cancel else wait)
+            if self._reader.is_alive():
+                self._cancelled = True
+                self._call.cancel()
+                self._reader.join()
+                if not cancel:
+                    raise AssertionError(self._unended())
+            while not cancel and self._next_message(0) is not None:
+                pass  # each is judged by the ledger: a response after its request's final flag raises
+        finally:
+            self._channel.close()
+
+    def _unended(self) -> str:
+        """Why a stream closed cleanly had to be cancelled: a request without its final flag, or a server that
+        did not end the stream after its requests ended."""
+        fault = self._ledger.overdue(self._ledger.open_ids(), time.monotonic(), self.deadline_s)
+        return fault or f"the server did not end the stream within {self.deadline_s:g} s of its last request"
 
     def __enter__(self) -> Self:
         return self

@@ -22,9 +22,11 @@ from triton_backend_gen.smoke.fuzz_requests import (
     fuzz_valid,
     run_fuzz_case,
     send_wire,
+    stream_deadline_of,
 )
 from triton_backend_gen.smoke.model import ModelSpec, load_model_specs, reference_mismatch
 from triton_backend_gen.smoke.run import SmokeResult
+from triton_backend_gen.smoke.stream_protocol import LogWindow
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -203,16 +205,23 @@ def run_fuzz(
     Pass = every case answered or cleanly refused (valid ones answered correctly), the server healthy at
     the end, and its memory (``server_pid`` and its stubs, :func:`memory_of`) back under
     :func:`memory_limit` of its level before, which is taken after a warm-up (valid requests and one
-    largest "huge tensor" per protocol: first requests allocate what a leak check must not count)."""
+    largest "huge tensor" per protocol: first requests allocate what a leak check must not count), and no
+    line the server's log gained meanwhile (where ``endpoints`` name it) names a protocol fault a client
+    cannot see (smoke.stream_protocol: a send after a decoupled request's final flag). A decoupled model's
+    stream breaking the protocol fails its case, named so."""
     report = FuzzReport(seed=cases[0].plan_seed if cases else 0, planned=len(cases))
     models = {case.model.name: case for case in cases}
     start = time.monotonic()
+    log = LogWindow(endpoints.log_file)  # what only the server's log shows (smoke.stream_protocol)
     for case in models.values():
-        _warm_up(case, endpoints)
+        failure = _warm_up(case, endpoints)
+        if failure is not None:
+            report.failures.append(failure)
     if server_pid is not None:
         report.rss_before = memory_of(server_pid)
     _send_cases(report, cases, endpoints, models, start + time_limit_s, progress)
     report.healthy = _healthy_after(report, endpoints, models, is_healthy)
+    report.failures += [f"the server log: {fault}" for fault in log.faults()]
     if server_pid is not None and report.rss_before is not None:
         report.rss_limit = memory_limit(report.rss_before)
         report.rss_after = _settled_memory(server_pid, report.rss_limit)
@@ -301,15 +310,26 @@ def memory_limit(before: int) -> int:
     return int(before * 1.25 + 64 * mib + GRPC_POOL_FACTOR * max(HUGE_MIB["grpc"]) * mib)
 
 
-def _warm_up(case: FuzzCase, endpoints: Endpoints) -> None:
+def _warm_up(case: FuzzCase, endpoints: Endpoints) -> str | None:
+    """Valid requests and a largest "huge tensor" per protocol to the case's model; None, or why the model
+    failed them (a failed case: e.g. a decoupled model whose streams never end, named so)."""
     rng = random.Random(0)
-    for protocol in ("http", "grpc"):
-        for _ in range(3):
-            fuzz_valid(case, rng, protocol, endpoints)
-        model, wires = fuzz_tensors(
-            replace(case, kind="huge tensor", protocol=protocol), rng, huge_mib=max(HUGE_MIB[protocol])
-        )
-        send_wire(protocol, endpoints, model, wires, case.model, decoupled=case.model.decoupled)
+    try:
+        for protocol in ("http", "grpc"):
+            for _ in range(3):
+                fuzz_valid(case, rng, protocol, endpoints)
+            model, wires = fuzz_tensors(
+                replace(case, kind="huge tensor", protocol=protocol), rng, huge_mib=max(HUGE_MIB[protocol])
+            )
+            deadline_s = stream_deadline_of(case)
+            send_wire(
+                protocol, endpoints, model, wires, case.model, case.model.decoupled, deadline_s=deadline_s
+            )
+    except AssertionError as err:
+        return f"warm-up of '{case.model.name}': {err}"
+    except Exception as err:  # noqa: BLE001 - an unexpected client-side failure fails the warm-up
+        return f"warm-up of '{case.model.name}': {type(err).__name__}: {error_text(err)}"
+    return None
 
 
 def _server_answers(endpoints: Endpoints, models: dict[str, FuzzCase]) -> bool:

@@ -20,12 +20,15 @@ from triton_backend_gen.smoke.checks import UNKNOWN_INPUT
 from triton_backend_gen.smoke.clients import (
     Endpoints,
     bfloat16_bytes,
+    error_text,
     new_sequence_id,
     one_request_sequence,
+    stream_message,
     wire_datatype,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match
 from triton_backend_gen.smoke.model import ModelSpec
+from triton_backend_gen.smoke.stream_protocol import StreamLedger, never_ended, stream_deadline
 
 grpc = lazy_module("grpc")
 np = lazy_module("numpy")
@@ -137,7 +140,15 @@ def run_fuzz_case(case: FuzzCase, endpoints: Endpoints) -> str:
     if case.kind == "sequence controls":
         return _fuzz_sequence_controls(case, rng, endpoints)
     model, tensors = fuzz_tensors(case, rng)
-    return send_wire(case.protocol, endpoints, model, tensors, case.model, decoupled=case.model.decoupled)
+    return send_wire(
+        case.protocol,
+        endpoints,
+        model,
+        tensors,
+        case.model,
+        decoupled=case.model.decoupled,
+        deadline_s=stream_deadline_of(case),
+    )
 
 
 # -- building the tensors of a case
@@ -436,14 +447,22 @@ def _grpc_outcome(err: Exception) -> str:
 
 
 def send_wire(
-    protocol: str, endpoints: Endpoints, model: str, wires: list[_Wire], spec: ModelSpec, decoupled: bool
+    protocol: str,
+    endpoints: Endpoints,
+    model: str,
+    wires: list[_Wire],
+    spec: ModelSpec,
+    decoupled: bool,
+    deadline_s: float = FUZZ_TIMEOUT_S,
 ) -> str:
-    """Send one request; "ok" or how it was refused."""
+    """Send one request; "ok" or how it was refused (a stream's: within ``deadline_s``)."""
     if protocol == "http":
         status, _, _ = _http_post(endpoints, _infer_path(model), *_http_body(spec, wires))
         return "ok" if status == 200 else f"http {status}"
     if decoupled:
-        outcome, _ = _grpc_stream_once(endpoints, _grpc_request(model, spec, wires, "fuzz"))
+        outcome, _ = _grpc_stream_once(
+            endpoints, _grpc_request(model, spec, wires, "fuzz"), deadline_s=deadline_s
+        )
         return outcome
     channel, stub = _grpc_stub(endpoints)
     try:
@@ -455,19 +474,30 @@ def send_wire(
         channel.close()
 
 
-def _grpc_stream_once(endpoints: Endpoints, request, cancel_after: float | None = None) -> tuple[str, list]:
-    """Send one request on a fresh stream and read until its final response or an error.
+def stream_deadline_of(case: FuzzCase) -> float:
+    """The per-request deadline of a case's stream: the model's (reference.py's STREAM_DEADLINE_S), at most
+    FUZZ_TIMEOUT_S."""
+    return min(FUZZ_TIMEOUT_S, stream_deadline(case.reference, FUZZ_TIMEOUT_S))
+
+
+def _grpc_stream_once(
+    endpoints: Endpoints, request, cancel_after: float | None = None, deadline_s: float = FUZZ_TIMEOUT_S
+) -> tuple[str, list]:
+    """Send one request on a fresh stream and read until its final response or an error, within
+    ``deadline_s`` (AssertionError naming a protocol fault: see _read_stream).
 
     With ``cancel_after`` (seconds), the stream is cancelled then instead ("cancelled", what came before)."""
     channel, stub = _grpc_stub(endpoints)
     responses: list = []
     try:
-        call = stub.ModelStreamInfer(iter([request]), timeout=FUZZ_TIMEOUT_S)
+        call = stub.ModelStreamInfer(iter([request]), timeout=deadline_s)
         timer = threading.Timer(cancel_after, call.cancel) if cancel_after is not None else None
         if timer is not None:
             timer.start()
         try:
-            outcome = _read_stream(call, responses, cancellable=timer is not None)
+            outcome = read_stream(
+                call, request.id, responses, cancellable=timer is not None, deadline_s=deadline_s
+            )
         finally:
             if timer is not None:
                 timer.cancel()
@@ -480,30 +510,35 @@ def _grpc_stream_once(endpoints: Endpoints, request, cancel_after: float | None 
         channel.close()
 
 
-def _read_stream(call, responses: list, cancellable: bool) -> str | None:
-    """Read ``call`` to its end, collecting into ``responses`` up to the final one: "ok" after the final
-    response, "stream error", "cancelled" (when ``cancellable``), how an error ended it, or None."""
-    outcome = None
+def read_stream(
+    call, request_id: str, responses: list, cancellable: bool, deadline_s: float = FUZZ_TIMEOUT_S
+) -> str | None:
+    """Read ``call`` (the stream of request ``request_id``) to its end, collecting into ``responses`` the
+    request's responses up to its final one: "ok" after the final response, "stream error" after an error
+    response that ended the request, "cancelled" (when ``cancellable``), how an error ended the stream, or
+    None. AssertionError names a protocol fault (smoke.stream_protocol): anything after the final flag, data
+    after an error response, no final flag within ``deadline_s`` (the call's deadline)."""
+    ledger = StreamLedger()
+    ledger.sent(request_id, time.monotonic())
     try:
         # The request iterator is exhausted: the client has half-closed the stream, so the server ends
         # it once the request is done. Reading on to that end (not cancelling a finished stream) matters:
         # the 2.51 server's shutdown waits 15 s for a stream that was cancelled after its final response.
         for message in call:
-            if outcome is not None:
-                continue
-            if message.error_message:
-                outcome = "stream error"
-                continue
-            responses.append(message.infer_response)
-            final = message.infer_response.parameters.get("triton_final_response")
-            if final is not None and final.bool_param:
-                outcome = "ok"
+            read = stream_message(message)
+            ledger.receive(read, error_text(read.error) if read.error is not None else "")
+            if read.result is not None:
+                responses.append(message.infer_response)
     except grpc.RpcError as err:
         if cancellable and err.code() == grpc.StatusCode.CANCELLED:
             return "cancelled"
-        if outcome is None:
+        if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and ledger.is_open(request_id):
+            raise AssertionError(never_ended(request_id, deadline_s, len(responses))) from None
+        if ledger.is_open(request_id):
             return _grpc_outcome(err)
-    return outcome
+    if ledger.is_open(request_id):
+        return None
+    return "stream error" if ledger.failed(request_id) is not None else "ok"
 
 
 class _Refused(Exception):
@@ -523,10 +558,12 @@ def _answers(
     request_id: str,
     sequence: SequenceParameters | None = None,
     final_with_last: bool = False,
+    deadline_s: float = FUZZ_TIMEOUT_S,
 ) -> list[dict[str, np.ndarray]]:
     """Send one request to the model (with ``sequence`` as its sequence parameters): the outputs of each
-    response with data (a decoupled model's over a gRPC stream; one otherwise). _Refused when the server
-    refuses it; with ``final_with_last``, AssertionError when a stream's final flag comes alone after data."""
+    response with data (a decoupled model's over a gRPC stream, within ``deadline_s``; one otherwise).
+    _Refused when the server refuses it; with ``final_with_last``, AssertionError when a stream's final flag
+    comes alone after data."""
     if protocol == "http":
         status, body, headers = _http_post(
             endpoints, _infer_path(spec.name), *_http_body(spec, wires, sequence)
@@ -536,7 +573,7 @@ def _answers(
         return [_decode_http_outputs(body, headers, tritonutils.triton_to_np_dtype)]
     request = _grpc_request(spec.name, spec, wires, request_id, sequence)
     if spec.decoupled:
-        outcome, responses = _grpc_stream_once(endpoints, request)
+        outcome, responses = _grpc_stream_once(endpoints, request, deadline_s=deadline_s)
         if outcome != "ok":
             raise _Refused(outcome)
         if final_with_last and len(responses) > 1 and not responses[-1].outputs:
@@ -568,7 +605,15 @@ def fuzz_valid(case: FuzzCase, rng: random.Random, protocol: str, endpoints: End
         return send_wire("http", endpoints, spec.name, wires, spec, decoupled=True)
     final_with_last = getattr(reference, "FINAL_WITH_LAST_RESPONSE", False)
     try:
-        answers = _answers(protocol, endpoints, spec, wires, "valid", final_with_last=final_with_last)
+        answers = _answers(
+            protocol,
+            endpoints,
+            spec,
+            wires,
+            "valid",
+            final_with_last=final_with_last,
+            deadline_s=stream_deadline_of(case),
+        )
     except _Refused as err:
         raise AssertionError(f"a valid request was refused: {err}") from None
     if not spec.decoupled:
@@ -636,7 +681,10 @@ def _fuzz_cancel(case: FuzzCase, rng: random.Random, endpoints: Endpoints) -> st
         return "cancelled"
     if spec.decoupled:
         outcome, _ = _grpc_stream_once(
-            endpoints, _grpc_request(spec.name, spec, wires, "cancel"), cancel_after=rng.uniform(0, 0.03)
+            endpoints,
+            _grpc_request(spec.name, spec, wires, "cancel"),
+            cancel_after=rng.uniform(0, 0.03),
+            deadline_s=stream_deadline_of(case),
         )
         return outcome
     channel, stub = _grpc_stub(endpoints)
@@ -762,7 +810,13 @@ def _send_sequenced(
     None)."""
     try:
         answers = _answers(
-            case.protocol, endpoints, case.model, _wire_from_arrays(inputs, case.model), "seq", sequence
+            case.protocol,
+            endpoints,
+            case.model,
+            _wire_from_arrays(inputs, case.model),
+            "seq",
+            sequence,
+            deadline_s=stream_deadline_of(case),
         )
     except _Refused as err:
         return err.outcome, None

@@ -37,11 +37,11 @@ LONGEST_IDLE_WAIT_S = 10.0
 IDLE_MARGIN_S = 1.5
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """The server refused a request (its message)."""
 
 
-class _Connection:
+class SequenceConnection:
     """One client of the model: a client of ``protocol``, or for a decoupled model a gRPC stream (whose
     requests must each get one data response)."""
 
@@ -65,11 +65,11 @@ class _Connection:
             try:
                 return infer(self.protocol, self._client, self.spec, inputs, flags)
             except tritonutils.InferenceServerException as err:
-                raise _Refused(error_text(err)) from None
+                raise Refused(error_text(err)) from None
         try:
             responses = self._stream.infer(self.spec, inputs, f"s{next(self._requests)}", flags)
         except AssertionError as err:
-            raise _Refused(str(err)) from None
+            raise Refused(str(err)) from None
         if len(responses) != 1:
             raise AssertionError(
                 f"{len(responses)} responses with data to one request of a sequence, expected 1"
@@ -87,7 +87,7 @@ def _steps(spec: ModelSpec, reference: ModuleType, count: int, seed: int) -> lis
 
 
 def _run_sequence(
-    connection: _Connection,
+    connection: SequenceConnection,
     reference: ModuleType,
     steps: list[dict],
     sequence_id: int | str,
@@ -104,7 +104,7 @@ def _run_sequence(
         flags = SequenceFlags(sequence_id, start=index == 0, end=end and index == len(steps) - 1)
         try:
             got = connection.infer(inputs, flags)
-        except _Refused as err:
+        except Refused as err:
             raise AssertionError(
                 f"{label}sequence {sequence_id!r}, request {index}: refused: {err}"
             ) from None
@@ -119,7 +119,7 @@ def _run_sequence(
 
 def _check_sequence(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
     steps = _steps(spec, reference, 6, seed=1)
-    with _Connection(spec, protocol, endpoints) as connection:
+    with SequenceConnection(spec, protocol, endpoints) as connection:
         _run_sequence(connection, reference, steps, new_sequence_id(spec))
     return (
         f"a sequence of {len(steps)} requests (START ... END): each answer equals reference.compute_sequence"
@@ -134,7 +134,7 @@ def _check_interleaved(spec: ModelSpec, reference: ModuleType, endpoints: Endpoi
     def client_run(number: int) -> None:
         rng = random.Random(number)
         try:
-            with _Connection(spec, "grpc", endpoints) as connection:
+            with SequenceConnection(spec, "grpc", endpoints) as connection:
                 for round_ in range(2):
                     steps = _steps(
                         spec, reference, 2 + (number + 3 * round_) % 5, seed=100 * number + 10 * round_
@@ -171,7 +171,7 @@ def _check_interleaved(spec: ModelSpec, reference: ModuleType, endpoints: Endpoi
 
 def _check_restart(spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints) -> str:
     sequence_id = new_sequence_id(spec)
-    with _Connection(spec, protocol, endpoints) as connection:
+    with SequenceConnection(spec, protocol, endpoints) as connection:
         _run_sequence(
             connection,
             reference,
@@ -197,10 +197,10 @@ def _check_restart(spec: ModelSpec, reference: ModuleType, protocol: str, endpoi
     return "an ID that starts again (mid-sequence, and after END) starts from the initial state"
 
 
-def _assert_refused(connection: _Connection, inputs: dict, flags: SequenceFlags, what: str) -> str:
+def _assert_refused(connection: SequenceConnection, inputs: dict, flags: SequenceFlags, what: str) -> str:
     try:
         connection.infer(inputs, flags)
-    except _Refused as err:
+    except Refused as err:
         message = str(err)
     else:
         raise AssertionError(f"{what} was answered instead of refused")
@@ -212,7 +212,7 @@ def _check_unknown_sequence(
     spec: ModelSpec, reference: ModuleType, protocol: str, endpoints: Endpoints
 ) -> str:
     inputs = _steps(spec, reference, 1, seed=80)[0]
-    with _Connection(spec, protocol, endpoints) as connection:
+    with SequenceConnection(spec, protocol, endpoints) as connection:
         message = _assert_refused(
             connection,
             inputs,
@@ -231,7 +231,7 @@ def _check_idle_timeout(spec: ModelSpec, reference: ModuleType, endpoints: Endpo
         )
     sequence_id = new_sequence_id(spec)
     steps = _steps(spec, reference, 3, seed=90)
-    with _Connection(spec, "grpc", endpoints) as connection:
+    with SequenceConnection(spec, "grpc", endpoints) as connection:
         _run_sequence(connection, reference, steps[:2], sequence_id, end=False, label="before idling: ")
         # The wait is the behaviour under test: the sequence batcher ends a sequence idle for longer than
         # max_sequence_idle_microseconds, and only the refusal of its next request tells a client it did.

@@ -14,11 +14,13 @@ A local server's python stubs are looked at after each check (``stub_health``): 
 fails the check, its model's remaining checks are not run, the fuzzer leaves that model out, and the report
 names the model, the instance and what happened; the server is then stopped without waiting for it to unload
 that model (it never does). On a server of 25.12+ the suite ends by killing a stub of each python model to see
-the model turn not ready.
+the model turn not ready; with ``chaos`` (`tbgen test --chaos`) it ends with smoke.chaos instead: the BLS
+models' callees unloaded and loaded again, then a stub of each python model killed while requests flow.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,11 +30,18 @@ from triton_backend_gen.project import ModelEntry, Project
 from triton_backend_gen.runtime.load_failures import require_ready, stub_failures, unanswering_stubs
 from triton_backend_gen.runtime.release_note import ReleaseNote
 from triton_backend_gen.runtime.remote import RemoteServer
-from triton_backend_gen.runtime.sanitizers import sanitizer_reports
+from triton_backend_gen.runtime.sanitizers import (
+    LEAK_CHECK_DONE,
+    LEAK_CHECK_LIBRARY,
+    LEAK_CHECK_SIGNAL,
+    leak_reports,
+    sanitizer_reports,
+)
 from triton_backend_gen.runtime.server import TritonServer
 from triton_backend_gen.runtime.stub_watch import watch_stubs
 from triton_backend_gen.signals import stop_on_signals
 from triton_backend_gen.smoke.batching import batching_strategy_results
+from triton_backend_gen.smoke.chaos import CHAOS_PREFIX, ChaosRun, run_chaos
 from triton_backend_gen.smoke.checks import plan_smoke, served_configs
 from triton_backend_gen.smoke.clients import Endpoints, server_statistics
 from triton_backend_gen.smoke.fuzz import plan_fuzz, run_fuzz
@@ -40,6 +49,8 @@ from triton_backend_gen.smoke.metrics import custom_metrics_results
 from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model_spec, load_model_specs
 from triton_backend_gen.smoke.parameters import request_parameters_results
 from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, run_smoke
+from triton_backend_gen.smoke.soak import SoakModel, SoakOptions, SoakRun, run_soak, soak_results
+from triton_backend_gen.smoke.stream_protocol import holds_the_server
 from triton_backend_gen.smoke.stub_health import (
     BROKEN_STOP_TIMEOUT_S,
     STUB_CHECK,
@@ -48,6 +59,9 @@ from triton_backend_gen.smoke.stub_health import (
     stub_health,
     unhealthy_instance_checks,
 )
+
+LEAK_CHECK = "leak check (LeakSanitizer)"
+LEAK_CHECK_TIMEOUT_S = 60.0
 
 
 class SuiteProgress:
@@ -73,6 +87,7 @@ class SuiteReport:
     release_note: ReleaseNote | None = None  # the server is of another release than the project
     results: list[SmokeResult] = field(default_factory=list)
     statistics: list = field(default_factory=list)  # smoke.ModelStatistics of each model, once the suite ran
+    soak: SoakRun | None = None  # what a soak measured (its samples, for a report), when one ran
 
     @property
     def passed(self) -> bool:
@@ -108,6 +123,8 @@ class _Run:
     report: SuiteReport
     progress: SuiteProgress
     health: StubHealth
+    soak: SoakOptions | None = None
+    chaos: bool = False  # end with smoke.chaos (`tbgen test --chaos`)
 
     @property
     def models(self) -> list[ModelEntry]:
@@ -130,6 +147,8 @@ def run_suite(
     seed: int = 0,
     progress: SuiteProgress | None = None,
     on_ready: Callable[[float], None] = lambda seconds: None,
+    soak: SoakOptions | None = None,
+    chaos: bool = False,
 ) -> SuiteReport:
     """Start ``triton`` (stopped again on any way out), smoke-test every model of ``project`` (or ``model``)
     and send ``fuzz`` malformed requests (fuzzer ``seed``); ``on_ready`` hears how long the server took to
@@ -155,14 +174,18 @@ def run_suite(
         report.notes = list(triton.notes)  # with what starting it said (a server at --url: how it loaded)
         require_ready(project, triton)
         on_ready(time.monotonic() - started)  # only a load that succeeded sizes the chart's probes
-        endpoints = Endpoints(http_url=triton.http_url, grpc_url=triton.grpc_url)
+        endpoints = Endpoints(triton.http_url, triton.grpc_url, triton.log_file)
         if plan.auto_completed:
             _plan_from_the_server(project, plan, endpoints, fuzz, seed)
         health = stub_health(project, triton, endpoints, watch_stubs(triton), plan.repository, plan.served)
-        killed_on_purpose = _check(_Run(project, triton, plan, endpoints, report, progress, health))
+        killed_on_purpose = _check(
+            _Run(project, triton, plan, endpoints, report, progress, health, soak, chaos)
+        )
         stub_results = _stub_results(triton, report, health)
         if health.deaths or killed_on_purpose:
-            _stop_broken_server(triton, report)
+            _stop_broken_server(triton, report, STUB_NEVER_UNLOADS)
+        elif holds_the_server(r.detail for r in report.results if not r.passed):
+            _stop_broken_server(triton, report, STREAM_NEVER_UNLOADS)
     report.add(stub_results, progress)
     if triton.sanitizer_runtimes:
         report.add([_sanitizer_result(triton)], progress)
@@ -206,12 +229,17 @@ def _check(run: _Run) -> bool:
     )
     if triton.running:
         _check_metrics_and_parameters(run)
+    if run.soak is not None and triton.running:
+        _soak(run, run.soak)
     if run.plan.fuzz_cases:
         _fuzz(run)
     if not triton.running:
         return False
     report.statistics = server_statistics(run.endpoints, [m.name for m in run.project.models])
     _check_batching_strategies(run)
+    _check_leaks(run)
+    if run.chaos:  # last, as it breaks the server; it kills the stubs the check below would
+        return _check_chaos(run)
     return _check_unhealthy_instances(run)
 
 
@@ -229,6 +257,34 @@ def _fuzz(run: _Run) -> None:
     fuzzed = run_fuzz(cases, run.endpoints, server_pid=triton.pid, is_healthy=lambda: triton.running)
     report.add(fuzzed.as_results(), run.progress)
     health.look("fuzzing", "\n".join(fuzzed.failures))
+
+
+def _soak(run: _Run, options: SoakOptions) -> None:
+    """The soak (smoke.soak) of the models that are not broken, after the checks proved them right and before
+    the fuzzer's malformed requests: memory and latency then come from valid load alone."""
+    models = [
+        SoakModel(spec, reference)
+        for model in run.models
+        for reference, spec, _ in load_model_specs(run.project, model, run.plan.repository, run.plan.served)
+    ]
+    if not models:
+        return
+    run.progress.phase(f"soak: {options.seconds:.0f} s of valid load, memory sampled")
+    triton = run.triton
+    soaked = run_soak(
+        models,
+        run.endpoints,
+        options,
+        server_pid=triton.pid,
+        watch=run.health.watch,
+        is_healthy=lambda: triton.running,
+        progress=run.progress.phase,
+    )
+    run.report.soak = soaked
+    run.report.notes += soaked.notes
+    results = soak_results(soaked, run.named)
+    run.report.add(results, run.progress)
+    run.health.look("the soak", "\n".join(r.detail for r in results if not r.passed))
 
 
 def _check_unhealthy_instances(run: _Run) -> bool:
@@ -249,11 +305,65 @@ def _check_unhealthy_instances(run: _Run) -> bool:
     return True
 
 
+def _check_leaks(run: _Run) -> None:
+    """A sanitizer build's leak check (runtime.sanitizers): LeakSanitizer run in the server on tbgen's signal,
+    once every request was answered; the leaks the backend allocated fail the result."""
+    triton = run.triton
+    if (
+        not any(p.name.startswith(LEAK_CHECK_LIBRARY) for p in triton.sanitizer_runtimes)
+        or triton.pid is None
+    ):
+        return
+    run.progress.phase("LeakSanitizer: the memory the backend allocated and lost")
+    started = time.monotonic()
+    logged = len(triton.log_text())
+    os.kill(triton.pid, LEAK_CHECK_SIGNAL)
+    log = ""
+    while LEAK_CHECK_DONE not in log and time.monotonic() - started < LEAK_CHECK_TIMEOUT_S and triton.running:
+        time.sleep(0.1)  # the check stops the server's threads while it scans: a second or so
+        log = triton.log_text()[logged:]
+    seconds = time.monotonic() - started
+    if LEAK_CHECK_DONE not in log:
+        detail = f"LeakSanitizer did not finish within {LEAK_CHECK_TIMEOUT_S:.0f} s (log: {triton.log_file})"
+        run.report.add([SmokeResult(LEAK_CHECK, "-", False, detail, seconds)], run.progress)
+        return
+    leaks = leak_reports(log, run.project.backend)
+    detail = (
+        f"{len(leaks)} leak(s) allocated by the backend; the first:\n{leaks[0]}"
+        if leaks
+        else "no leak allocated by the backend (LeakSanitizer's check in the running server)"
+    )
+    run.report.add([SmokeResult(LEAK_CHECK, "-", not leaks, detail, seconds)], run.progress)
+
+
+def _check_chaos(run: _Run) -> bool:
+    """`tbgen test --chaos` (smoke.chaos): the BLS models' callees unloaded and loaded again, then a stub of
+    each python model killed while requests flow; whether a stub was killed."""
+    python = [name for name, served in _served_by_python(run.project, run.models, run.plan) if served]
+    chaos = ChaosRun(
+        run.project,
+        run.models,
+        python,
+        run.plan.repository,
+        run.plan.served,
+        run.endpoints,
+        run.health.watch,
+        run.health.server,
+        add=lambda result: run.report.add([result], run.progress),
+        phase=run.progress.phase,
+        notes=run.report.notes,
+    )
+    killed = run_chaos(chaos)
+    run.health.look("chaos")
+    return killed
+
+
 def _stub_results(triton: TritonServer, report: SuiteReport, health: StubHealth) -> list[SmokeResult]:
     """A failed result per python stub that died or hung: those the watch found (a local server), then those
     that only the failures' text names ("Stub process '...' is not healthy": a server in a container or at
     --url, or a stub the watch saw alive)."""
-    failures = (r.detail for r in report.results if not r.passed)
+    # a stub killed on purpose (--chaos) is its own result's subject
+    failures = (r.detail for r in report.results if not r.passed and not r.name.startswith(CHAOS_PREFIX))
     unanswering = [i for i in unanswering_stubs(failures) if i not in health.instances]
     alive_stubs = triton.python_stubs() if unanswering else None
     return health.results(STUB_CHECK) + [
@@ -262,13 +372,16 @@ def _stub_results(triton: TritonServer, report: SuiteReport, health: StubHealth)
     ]
 
 
-def _stop_broken_server(triton: TritonServer, report: SuiteReport) -> None:
-    """Stop a server with a dead or hung python stub at once: it never finishes unloading that model."""
+STUB_NEVER_UNLOADS = "a model whose python stub died or hung never finishes unloading"
+STREAM_NEVER_UNLOADS = "a decoupled model with a stream that never ended never finishes unloading"
+
+
+def _stop_broken_server(triton: TritonServer, report: SuiteReport, why: str) -> None:
+    """Stop a server that holds a model it will never unload (``why``) at once."""
     if triton.stop(timeout=BROKEN_STOP_TIMEOUT_S) < 0:
         report.notes.append(
-            f"the server was killed after {BROKEN_STOP_TIMEOUT_S:g} s of its shutdown: a model whose python "
-            "stub died or hung never finishes unloading (the 2.51 server waits out its 30 s exit timeout, "
-            "then exits 1)"
+            f"the server was killed after {BROKEN_STOP_TIMEOUT_S:g} s of its shutdown: {why} (the 2.51 "
+            "server waits out its 30 s exit timeout, then exits 1)"
         )
 
 

@@ -226,7 +226,7 @@ def _results(model: str, done: subprocess.CompletedProcess, report: Path, starte
             return [*results, UnitResult(f"{model}: {label}", False, detail, seconds)]
         results.append(UnitResult(f"{model}: {label}", True, test.get("summary", "passed"), seconds))
     if done.returncode != 0:
-        detail = f"exit status {done.returncode} after its tests passed:\n" + _tail(done.stderr + done.stdout)
+        detail = f"exit status {done.returncode} after its tests passed:\n" + _after_tests(done)
         results.append(UnitResult(f"{model}: unit tests", False, detail, 0.0))
     return results
 
@@ -268,6 +268,15 @@ def _seconds(text: str) -> float:
 
 def _head(text: str, lines: int = 30) -> str:
     return "\n".join((text or "").strip().splitlines()[:lines])
+
+
+def _after_tests(done: subprocess.CompletedProcess) -> str:
+    """What a test process that failed after its tests passed said: a sanitizer's report from its start (at
+    exit LeakSanitizer reports what the code under test lost), else the end of its output."""
+    report = (done.stderr or "").find("ERROR: ")
+    if report >= 0:
+        return "\n".join(done.stderr[report:].splitlines()[:20])
+    return _tail(done.stderr + done.stdout)
 
 
 def _tail(text: str, lines: int = 20) -> str:

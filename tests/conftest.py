@@ -341,6 +341,20 @@ def fuzz_passes(project: Path, count: int = 300, *extra: str) -> str:
     return result.stdout
 
 
+def triton_processes_of(project: Path) -> list[str]:
+    """The tritonserver and python stub processes whose command line names ``project`` ("pid: command line";
+    zombies have none), read from /proc: what a run must not leave behind."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"triton" in argv[0] and any(str(project).encode() in arg for arg in argv):
+            found.append(f"{entry.name}: {b' '.join(argv).decode(errors='replace')[:200]}")
+    return found
+
+
 def replace_once(path: Path, old: str, new: str) -> None:
     """Edit a file as a user would: ``old`` (which must be there) becomes ``new``."""
     text = path.read_text()

@@ -360,7 +360,7 @@ def test_chromium_shows_the_bench_report_with_its_image(tmp_path):
 def soak_run() -> SoakRun:
     """A 60 s soak: the server flat, one stub growing 2 KiB a request, the stub's model's latency flat."""
     run = SoakRun(SoakOptions(60.0), seconds=60.0)
-    run.models = {"grows <b>": ModelLoad("grows <b>"), "add_sub": ModelLoad("add_sub")}
+    run.models = {"grows <b>": ModelLoad("grows <b>", 60.0), "add_sub": ModelLoad("add_sub", 60.0)}
     for second in range(61):
         requests = second * 200
         run.samples.append(
@@ -372,7 +372,8 @@ def soak_run() -> SoakRun:
             )
         )
         for name in run.models:
-            run.models[name].answers += [(second + i / 200, requests + i, 2000.0 + i) for i in range(200)]
+            for i in range(200):
+                run.models[name].record(second + i / 200, requests + i, 2000.0 + i)
     run.process_models["python stub grows <b> grows_0_0"] = "grows <b>"
     return run
 

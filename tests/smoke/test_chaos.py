@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import check_results, new_project, run_tbgen
+from conftest import check_results, new_project, run_tbgen, triton_processes_of
 
 from triton_backend_gen import versions
 from triton_backend_gen.project import ModelEntry
@@ -226,19 +226,6 @@ def test_a_flow_sends_until_it_is_stopped_also_when_the_run_breaks_off():
 
 
 # --- the real thing -----------------------------------------------------------------------------------------
-def leftovers(project: Path) -> list[str]:
-    """tritonserver and stub processes whose command line names ``project``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"triton" in argv[0] and any(str(project).encode() in arg for arg in argv):
-            found.append(f"{entry.name}: {b' '.join(argv).decode(errors='replace')[:200]}")
-    return found
-
-
 @pytest.mark.slow
 def test_tbgen_test_chaos_names_the_killed_stubs_and_the_bls_callees_steps_and_leaves_nothing(
     tmp_path, server_or_skip
@@ -265,5 +252,5 @@ def test_tbgen_test_chaos_names_the_killed_stubs_and_the_bls_callees_steps_and_l
     assert all(v == "pass" for k, v in results.items() if not k.startswith("chaos: ")), results
     assert not any(k.startswith("python stub") for k in results)
     assert "killed after 2 s of its shutdown" in output
-    assert leftovers(project) == [], leftovers(project)
+    assert triton_processes_of(project) == [], triton_processes_of(project)
     print(f"tbgen test --chaos: {seconds:.1f} s", file=sys.stderr)

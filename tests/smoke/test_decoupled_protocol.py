@@ -14,14 +14,16 @@ stub, which only the server's log shows; an error mid-stream and a stream that n
 
 from __future__ import annotations
 
+import queue
 import re
 import shutil
 import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
-from conftest import check_results, replace_once, run_tbgen
+from conftest import check_results, replace_once, run_tbgen, triton_processes_of
 from tritonclient.grpc import service_pb2
 
 from triton_backend_gen.discovery import find_tritonserver
@@ -29,7 +31,9 @@ from triton_backend_gen.errors import ServerError
 from triton_backend_gen.project import load_project
 from triton_backend_gen.scaffold import render_new_project
 from triton_backend_gen.scaffold.compose import compose_into_project
+from triton_backend_gen.smoke.clients import Endpoints, Stream
 from triton_backend_gen.smoke.fuzz_requests import read_stream
+from triton_backend_gen.smoke.model import ModelSpec, TensorSpec
 from triton_backend_gen.smoke.stream_protocol import (
     LogWindow,
     StreamLedger,
@@ -381,19 +385,6 @@ def details(output: str) -> dict[str, tuple[str, float]]:
     return found
 
 
-def processes_of(project: Path) -> list[str]:
-    """tritonserver and python stub processes whose command line names ``project``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"triton" in argv[0] and any(str(project).encode() in arg for arg in argv):
-            found.append(b" ".join(argv).decode(errors="replace"))
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.xdist_group("decoupled-protocol")
 def test_tbgen_test_names_each_fault_the_clean_model_passes_and_nothing_is_left(planted):
@@ -413,7 +404,7 @@ def test_tbgen_test_names_each_fault_the_clean_model_passes_and_nothing_is_left(
         if model.endswith("never_final"):  # failed at its deadline, and so did each of its streams
             assert check_s < DEADLINE_S + 2, (model, check_s)
             assert said[f"{model}: request without responses [grpc]"][0].startswith("the stream never ended")
-    assert processes_of(planted) == [], "left running"
+    assert triton_processes_of(planted) == [], "left running"
     # The crash ends the run (the checks after it are not run): the shutdown waits for nothing.
     assert seconds < 90, seconds
 
@@ -425,4 +416,20 @@ def test_a_cpp_final_flag_sent_twice_is_named_from_the_crash_it_causes(planted):
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-3000:]
     detail, _ = details(done.stdout)["stream [grpc]"]
     assert NAMED[CRASHES_ALONE] in detail, detail
-    assert processes_of(planted) == [], "left running"
+    assert triton_processes_of(planted) == [], "left running"
+
+
+def test_the_stream_builds_its_requests_with_the_installed_tritonclient():
+    """Stream.send builds each request with tritonclient's own (private) builder, as async_stream_infer does:
+    a tritonclient whose builder changed fails here, by name, rather than every decoupled check."""
+    spec = ModelSpec(
+        "m", 0, True, False, (TensorSpec("IN", "INT32", (2,)),), (TensorSpec("OUT", "INT32", (1,)),)
+    )
+    stream = Stream.__new__(Stream)  # no channel: only the request is built and queued
+    stream._ledger, stream._requests = StreamLedger(), queue.Queue()
+    stream.send(spec, {"IN": np.array([1, 2], np.int32)}, request_id="r1", parameters={"p": 3})
+    request = stream._requests.get_nowait()
+    assert (request.model_name, request.id, [i.name for i in request.inputs]) == ("m", "r1", ["IN"])
+    assert request.parameters["triton_enable_empty_final_response"].bool_param
+    assert request.parameters["p"].int64_param == 3 and len(request.raw_input_contents) == 1
+    assert Endpoints("a:1", "a:2").log_file is None

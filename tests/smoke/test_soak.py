@@ -7,11 +7,17 @@ slope; the clean model served beside them passes; the report's files are written
 from __future__ import annotations
 
 import re
-import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import check_results, new_project, replace_once, run_tbgen, triton_sources_or_skip
+from conftest import (
+    check_results,
+    new_project,
+    replace_once,
+    run_tbgen,
+    triton_processes_of,
+    triton_sources_or_skip,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -37,11 +43,6 @@ def _planted_python(project):
         "    in0 = inputs[INPUT0]\n",
         "    in0 = inputs[INPUT0]\n    _CALLS[0] += 1\n    time.sleep(_CALLS[0] * 4e-6)\n",
     )
-
-
-def _left_running(project) -> str:
-    found = subprocess.run(["pgrep", "-af", str(project)], capture_output=True, text=True, check=False).stdout
-    return "\n".join(line for line in found.splitlines() if "tritonserver" in line or "stub" in line)
 
 
 def test_soak_flags_a_growing_list_and_a_growing_latency_in_their_own_models(tmp_path, server_or_skip):
@@ -70,7 +71,7 @@ def test_soak_flags_a_growing_list_and_a_growing_latency_in_their_own_models(tmp
     report = project / "build" / "tbgen" / "soak"
     assert {p.name for p in report.iterdir()} >= {"report.html", "memory.png", "latency.png", "samples.json"}
     assert f"soak report: {report / 'report.html'}" in out
-    assert _left_running(project) == ""
+    assert triton_processes_of(project) == []
 
 
 @pytest.mark.cpp
@@ -94,4 +95,4 @@ def test_soak_flags_a_cpp_backend_that_loses_memory_in_the_server(tmp_path, comp
     )
     # 64 bytes and the allocator's own 16 a call: about 80 bytes a request
     assert slope and 50 <= float(slope.group(1)) <= 200, out
-    assert _left_running(project) == ""
+    assert triton_processes_of(project) == []

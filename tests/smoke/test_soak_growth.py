@@ -5,7 +5,9 @@ per stretch. And the soak's options as the CLI refuses them."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from conftest import new_project, run_tbgen
 
@@ -18,6 +20,18 @@ from triton_backend_gen.smoke.growth import (
     theil_sen,
     warmup_seconds,
     windows,
+)
+from triton_backend_gen.smoke.model import ModelSpec, TensorSpec
+from triton_backend_gen.smoke.soak import (
+    POINTS_KEPT,
+    STRETCH_KEPT,
+    ModelLoad,
+    Sample,
+    SoakModel,
+    SoakOptions,
+    SoakRun,
+    _pools,
+    soak_results,
 )
 
 
@@ -117,3 +131,52 @@ def test_soak_options_are_refused_with_the_fix(python_project, command, args, sa
     result = run_tbgen(command, str(python_project), *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr
+
+
+# ---- what a soak keeps, and what it refuses to load ------------------------------------------------------
+
+SPEC = ModelSpec("m", 8, False, True, (TensorSpec("IN", "FP32", (4,)),), (TensorSpec("OUT", "FP32", (4,)),))
+
+
+def test_a_long_soak_keeps_a_bounded_sample_and_exact_counts():
+    load = ModelLoad("m", 240.0)
+    for i in range(60_000):
+        load.record(i * 0.004, i, 1000.0 + (i % 100))
+    assert load.answered == 60_000 and len(load.points) == POINTS_KEPT
+    assert sorted(load.stretch_answers.items()) == [(0, 15_000), (1, 15_000), (2, 15_000), (3, 15_000)]
+    assert all(len(kept) <= STRETCH_KEPT for kept in load.stretches.values())
+    run = SoakRun(SoakOptions(240.0), seconds=240.0, models={"m": load})
+    assert [w.answers for w in run.windows("m")] == [15_000] * 4
+    assert all(1040 <= w.p50_us <= 1060 and 1097 <= w.p99_us <= 1099 for w in run.windows("m"))
+    assert sorted(load.points)[0][0] < 10 and sorted(load.points)[-1][0] > 230  # the sample spans the soak
+
+
+def test_a_stubs_slope_is_per_request_it_served_among_its_models_instances():
+    run = SoakRun(SoakOptions(100.0), seconds=100.0)
+    run.process_models = {"python stub m m_0_0": "m", "python stub m m_0_1": "m"}
+    for second in range(101):  # 1,000 requests a second to m, shared by its two stubs; m_0_0 loses 40 B each
+        served = second * 1000
+        memory = {"python stub m m_0_0": (20 << 20) + 40 * served // 2, "python stub m m_0_1": 20 << 20}
+        run.samples.append(Sample(float(second), served, {"m": served}, memory))
+    growths = {g.process: g for g in run.memory()}
+    assert growths["python stub m m_0_0"].bytes_per_request == pytest.approx(40, rel=0.01)
+    assert growths["python stub m m_0_0"].leaks and not growths["python stub m m_0_1"].leaks
+
+
+def test_a_model_whose_reference_raises_is_not_soaked_and_says_why():
+    def make_inputs(batch, seed=0):
+        if batch == 8:
+            raise ValueError("no batch of 8 here")
+        return {"IN": np.zeros((batch, 4), np.float32)}
+
+    raises = SimpleNamespace(
+        make_inputs=make_inputs, compute=lambda inputs: {"OUT": inputs["IN"]}, TOLERANCE={}
+    )
+    other = SimpleNamespace(make_inputs=lambda batch, seed=0: {"X": 1})
+    run = SoakRun(SoakOptions(20.0), models={"m": ModelLoad("m", 20.0), "n": ModelLoad("n", 20.0)})
+    spec_n = ModelSpec("n", 8, False, True, SPEC.inputs, SPEC.outputs)
+    assert _pools([SoakModel(SPEC, raises), SoakModel(spec_n, other)], run) == {}
+    assert run.models["m"].failures == ["not soaked: reference.py raised ValueError: no batch of 8 here"]
+    assert run.models["n"].failures[0].startswith("not soaked: reference.py does not describe model n")
+    results = soak_results(run, named=True)
+    assert [(r.name, r.passed) for r in results][:2] == [("soak m", False), ("soak n", False)]

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import triton_processes_of
 
 from triton_backend_gen import versions
 from triton_backend_gen.project import load_project
@@ -135,19 +136,6 @@ def stub_pids(project: Path) -> list[int]:
     return found
 
 
-def processes_of(project: Path) -> list[int]:
-    """tritonserver and stub processes whose command line names ``project`` (zombies have none)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if str(project).encode() in cmdline and b"triton" in cmdline.split(b"\0")[0]:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> Path:
     """A python-backend project for the embedded server's release, rendered once: each test serves a copy."""
@@ -194,7 +182,7 @@ def test_a_stub_that_dies_or_hangs_mid_suite_is_named_and_the_run_fails_in_time(
     seconds = time.monotonic() - started
     assert stopped, f"the suite never ran {at}"
     assert not report.passed and seconds < DEADLINE_S
-    assert processes_of(python_project) == [] and not triton.running
+    assert triton_processes_of(python_project) == [] and not triton.running
     [stub] = [r for r in report.results if r.name.startswith("python stub")]
     assert stub.name == "python stub add_sub_0_0" and not stub.passed
     assert f"model 'add_sub' instance add_sub_0_0 {what}" in stub.detail
@@ -234,4 +222,4 @@ def test_tbgen_test_reports_a_killed_stub_by_model_and_instance(python_project):
     assert "model 'add_sub' instance add_sub_0_0 died during" in output
     assert "killed by SIGKILL" in output and ISSUE_8604 in output
     assert "not run: the python stub of model 'add_sub'" in output
-    assert processes_of(python_project) == []
+    assert triton_processes_of(python_project) == []

@@ -83,8 +83,8 @@ SoakOption = Annotated[
     typer.Option(
         "--soak",
         help="Also load every model with valid requests for this long (2m, 90s, 1h), every answer checked, "
-        "the memory of the server and of each python stub sampled: a leak (its slope) or a latency drift "
-        "fails the run.",
+        "the memory of the server and of each python stub sampled: a leak (its slope), a latency drift or a "
+        "wrong answer is a failed result.",
     ),
 ]
 SoakConcurrencyOption = Annotated[

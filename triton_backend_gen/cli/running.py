@@ -242,8 +242,8 @@ def test_(
         bool,
         typer.Option(
             "--chaos",
-            help="Last, break the server's own parts while valid requests flow: kill a python stub of each "
-            "python model, unload the models each BLS model calls and load them again; each step is "
+            help="Last, break the server's own parts while valid requests flow: unload the models each BLS "
+            "model calls and load them again, then kill a python stub of each python model; each step is "
             "reported (which stub, whether the server recovered or said not ready, the requests that "
             "failed). Needs the local server tbgen starts.",
         ),

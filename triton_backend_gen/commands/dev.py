@@ -313,14 +313,14 @@ class DevSession:
         self._revive_server()
         assert self.triton is not None
         endpoints = Endpoints(self.triton.http_url, self.triton.grpc_url, self.triton.log_file)
-        models = [
-            SoakModel(spec, reference)
-            for name in self.served
-            if self._has_entry(name)
-            for reference, spec, _ in load_model_specs(
-                self.project, self.project.model(name), self._repository()
-            )
-        ]
+        try:
+            models = self._soak_models(endpoints)
+        except (
+            TbgenError
+        ) as err:  # a reference.py or config.pbtxt mid-edit: this soak fails, the session goes on
+            self.view.note(f"{FAIL}  the soak: {_told(err)}")
+            self.view.verdict(False, time.monotonic() - started, "the soak")
+            return False
         run = run_soak(
             models,
             endpoints,
@@ -340,6 +340,19 @@ class DevSession:
         passed = all(r.passed for r in results)
         self.view.verdict(passed, time.monotonic() - started, "the soak")
         return passed
+
+    def _soak_models(self, endpoints: Endpoints) -> list[SoakModel]:
+        """The session's models that serve their latest code (none still pending), from the configs as served
+        (a model may leave its tensors to the backend's auto-complete)."""
+        models = []
+        for name in self.served:
+            if not self._has_entry(name) or name in self.pending:
+                continue
+            entry = self.project.model(name)
+            served = served_configs(self.project, endpoints, entry, self._repository())
+            for reference, spec, _ in load_model_specs(self.project, entry, self._repository(), served):
+                models.append(SoakModel(spec, reference))
+        return models
 
     # --- phases --------------------------------------------------------------------------------------------
     def _build(self, *, initial: bool) -> tuple[bool, bool]:
@@ -600,10 +613,10 @@ def run_dev(
         next(changes)
         try:
             with DevSession(project, view, server, model, instance_kind) as session:
-                session.start()
+                started = session.start()
                 if full:
                     session.full()
-                if soak is not None:
+                if soak is not None and started:  # a start that failed has nothing to soak yet: s, later
                     session.soak(soak)
                 _watch(session, changes, keys, soak or DEFAULT_SOAK)
                 return

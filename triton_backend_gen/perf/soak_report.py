@@ -119,7 +119,7 @@ def _model_rows(run: SoakRun) -> list[tuple]:
         rows.append(
             (
                 name,
-                f"{len(load.answers):,}",
+                f"{load.answered:,}",
                 f"{load.failed:,}",
                 f"{windows[0].p99_us / 1000:.2f} -> {windows[-1].p99_us / 1000:.2f}" if windows else "-",
                 "DRIFT" if drift is not None and drift.drifts else "ok",

@@ -469,7 +469,12 @@ def run_chaos(run: ChaosRun) -> bool:
     python model killed; each step's results added as they come. Whether a stub was killed (the server then
     never finishes unloading that model)."""
     senders = _senders(run)
-    for model, callees in bls_callees(run.models):
+    bls = bls_callees(run.models)
+    targets = [name for name in kill_order(run.python, run.models) if name in senders]
+    if not targets and not any(model in senders for model, _ in bls):
+        run.notes.append("--chaos had nothing to break: no BLS model and no python model to drive")
+        return False
+    for model, callees in bls:
         if model in senders:
             run.phase(
                 f"chaos: {', '.join(callees)} unloaded while requests flow to {model}, then loaded again"
@@ -477,16 +482,17 @@ def run_chaos(run: ChaosRun) -> bool:
             outcome = _outage(run, model, callees, senders[model])
             run.add(judge_outage(outcome))
             run.add(judge_return(outcome))
-    targets = [name for name in kill_order(run.python, run.models) if name in senders]
     if targets and run.watch is None:
         run.notes.append("--chaos killed no stub: this machine does not see the server's processes")
         return False
     if not targets:
         return False
     run.phase(f"chaos: a python stub of {', '.join(targets)} killed while requests flow ({WINDOW_S:g} s)")
+    killed = False
     for outcome in _kill_stubs(run, targets, senders):
         run.add(judge_kill(outcome))
-    return True
+        killed = killed or outcome.stub is not None
+    return killed
 
 
 def _senders(run: ChaosRun) -> dict[str, Send]:

@@ -5,10 +5,14 @@ smoke.growth (a leak with its slope and process, a latency drift) and reported p
 The load: ``concurrency`` clients (at least one per model), each a thread with a client of its own, spread
 over the models and over the protocols each supports (HTTP and gRPC in turn; a decoupled model's over a gRPC
 stream, each request's responses up to its final flag; a sequence model's as whole sequences of
-SEQUENCE_LENGTH requests). Requests take the model's own ``reference.make_inputs`` at every batch size the
-smoke suite tests, with a few seeds; the expected answers are computed once, before the load starts, so that
-the clients cost the server's CPU as little as they can. ``rate`` paces the requests (in total per second);
-without it each client sends its next request when the last is answered.
+SEQUENCE_LENGTH requests, a sequence always finished). Requests take the model's own ``reference.make_inputs``
+at up to MOST_BATCH_SIZES of the batch sizes the smoke suite tests, with SEEDS seeds; a plain model's expected
+answers are computed once, before the load starts, so that the clients cost the server's CPU as little as
+they can. A request's latency ends with its (final) answer, before the answer is compared. ``rate`` paces the
+requests (in total per second); without it each client sends its next request when the last is answered.
+
+What is kept stays bounded however long the soak: a uniform sample of POINTS_KEPT answers per model for the
+drift's fit, and of STRETCH_KEPT latencies per stretch for its percentiles.
 
 Memory is each process's ``RssAnon`` (private resident memory: what a leak in the backend or the model's
 Python code grows; the python backend's shared-memory pool is left out, it grows by design).
@@ -17,6 +21,7 @@ Python code grows; the python backend's shared-memory pool is left out, it grows
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,10 +47,11 @@ from triton_backend_gen.smoke.growth import (
     Window,
     latency_drift,
     memory_growth,
+    stretch_of,
     warmup_seconds,
-    windows,
+    window,
 )
-from triton_backend_gen.smoke.model import ModelSpec
+from triton_backend_gen.smoke.model import ModelSpec, reference_mismatch
 from triton_backend_gen.smoke.run import SmokeResult
 from triton_backend_gen.smoke.sequences import Refused, SequenceConnection, SequenceFlags, new_sequence_id
 
@@ -55,6 +61,8 @@ SEEDS = 4  # inputs per batch size: the answers vary, the pool stays small
 MOST_BATCH_SIZES = 6  # of a large max_batch_size, the smallest, the largest and some between
 SEQUENCE_LENGTH = 4
 SERVER = "tritonserver"
+POINTS_KEPT = 4000  # answers per model kept for the drift's fit (Theil-Sen thins them to 400)
+STRETCH_KEPT = 20000  # latencies per stretch kept for its percentiles
 MIN_SOAK_S = 15.0  # a warm-up of 5 s, then enough samples for a line
 _FAILURES_KEPT = 3
 
@@ -87,14 +95,40 @@ class Sample:
 
 @dataclass
 class ModelLoad:
-    """What one model's clients saw: (seconds, requests of the model served before it, latency in us) of each
-    answer, the count of failed ones and the first few failures."""
+    """What one model's clients saw: the answers (a uniform sample of (seconds, requests of the model served
+    before it, latency in us), and of each stretch's latencies), the failed requests, the first failures."""
 
     name: str
-    answers: list[tuple[float, int, float]] = field(default_factory=list)
+    duration_s: float
+    answered: int = 0
+    points: list[tuple[float, int, float]] = field(default_factory=list)
+    stretches: dict[int, list[float]] = field(default_factory=dict)
+    stretch_answers: dict[int, int] = field(default_factory=dict)
     failed: int = 0
     failures: list[str] = field(default_factory=list)
     protocols: set[str] = field(default_factory=set)
+    _rng: random.Random = field(default_factory=lambda: random.Random(0), repr=False)
+
+    def record(self, seconds: float, served: int, latency_us: float) -> None:
+        """One answer, kept by reservoir sampling (every answer equally likely to be kept)."""
+        self.answered += 1
+        _keep(self.points, (seconds, served, latency_us), self.answered, POINTS_KEPT, self._rng)
+        index = stretch_of(seconds, self.duration_s)
+        count = self.stretch_answers[index] = self.stretch_answers.get(index, 0) + 1
+        _keep(self.stretches.setdefault(index, []), latency_us, count, STRETCH_KEPT, self._rng)
+
+    def fail(self, text: str) -> None:
+        self.failed += 1
+        if len(self.failures) < _FAILURES_KEPT:
+            self.failures.append(text)
+
+
+def _keep(kept: list, item, seen: int, most: int, rng: random.Random) -> None:
+    """Reservoir sampling: ``item``, the ``seen``-th, into ``kept`` (at most ``most``)."""
+    if len(kept) < most:
+        kept.append(item)
+    elif (slot := rng.randrange(seen)) < most:
+        kept[slot] = item
 
 
 @dataclass
@@ -114,16 +148,16 @@ class SoakRun:
 
     @property
     def requests(self) -> int:
-        return sum(len(load.answers) + load.failed for load in self.models.values())
+        return sum(load.answered + load.failed for load in self.models.values())
 
     def memory(self) -> list[MemoryGrowth]:
-        """Each sampled process's growth after the warm-up, fitted against the requests it served (a stub:
-        its model's; the server: all)."""
+        """Each sampled process's growth after the warm-up, fitted against the requests it served: the server
+        all of them; a stub its model's, shared among the model's stubs (Triton spreads a model's requests
+        over its instances), so that a slope is per request the stub served."""
         found = []
         for process in dict.fromkeys(p for s in self.samples for p in s.memory):
-            model = self.process_models.get(process)
             points = [
-                (s.seconds, s.per_model.get(model, 0) if model else s.requests, s.memory[process])
+                (s.seconds, self.served_by(process, s), s.memory[process])
                 for s in self.samples
                 if process in s.memory
             ]
@@ -132,11 +166,24 @@ class SoakRun:
                 found.append(growth)
         return found
 
+    def served_by(self, process: str, sample: Sample) -> int:
+        """The requests ``process`` (sampled at ``sample``) had served then."""
+        model = self.process_models.get(process)
+        if model is None:
+            return sample.requests
+        stubs = sum(self.process_models.get(other) == model for other in sample.memory)
+        return sample.per_model.get(model, 0) // max(1, stubs)
+
     def drift(self, model: str) -> LatencyDrift | None:
-        return latency_drift(self.models[model].answers, self.warmup_s)
+        return latency_drift(sorted(self.models[model].points), self.warmup_s)
 
     def windows(self, model: str) -> list[Window]:
-        return windows(self.models[model].answers, self.seconds)
+        load = self.models[model]
+        found = (
+            window(index, self.options.seconds, kept, load.stretch_answers[index])
+            for index, kept in sorted(load.stretches.items())
+        )
+        return [w for w in found if w is not None]
 
 
 # ---- the processes' memory ------------------------------------------------------------------------------
@@ -183,8 +230,9 @@ def _batch_sizes(spec: ModelSpec) -> list[int | None]:
 
 
 def _pool(model: SoakModel) -> list[tuple[dict, object]]:
-    """(inputs, expected) of every request the model's clients send in turn: the reference's answer (a
-    decoupled model's: its responses' count, compared by the smoke check's rule), computed once."""
+    """(inputs, expected) of every request the model's clients send in turn: a plain model's answer from the
+    reference, computed once (None for a decoupled model: its responses are compared by the smoke check's
+    rule after each stream)."""
     reference, spec = model.reference, model.spec
     pool = []
     for seed, batch in itertools.product(range(SEEDS), _batch_sizes(spec)):
@@ -193,17 +241,17 @@ def _pool(model: SoakModel) -> list[tuple[dict, object]]:
     return pool
 
 
+# A request: sends, returns when it is answered, and hands back the check of its answer (run off the clock).
+Send = Callable[[], Callable[[], None]]
+
+
 class _Client:
-    """One client of one model: sends its requests in turn, each answer checked, until told to stop."""
+    """One client of one model: sends its requests in turn, each answer checked, until told to stop (a
+    sequence model's client first finishes the sequence it is in)."""
 
     def __init__(self, model: SoakModel, protocol: str, endpoints: Endpoints, pool: list, shared) -> None:
-        self.model, self.protocol, self.endpoints, self.pool, self.shared = (
-            model,
-            protocol,
-            endpoints,
-            pool,
-            shared,
-        )
+        self.model, self.protocol, self.endpoints = model, protocol, endpoints
+        self.pool, self.shared = pool, shared
         self.load = shared.run.models[model.spec.name]
         self.load.protocols.add(protocol)
 
@@ -214,44 +262,53 @@ class _Client:
                 self._loop(stop, pace, self._sequences(connection))
         elif spec.decoupled:
             with Stream(self.endpoints) as stream:
-                self._loop(stop, pace, self._streamed(stream))
+                self._loop(stop, pace, ((send, True) for send in self._streamed(stream)))
         else:
             with open_client(self.protocol, self.endpoints) as client:
-                self._loop(stop, pace, self._requests(client))
+                self._loop(stop, pace, ((send, True) for send in self._requests(client)))
 
     def _loop(
-        self, stop: threading.Event, pace: Callable[[], bool], sends: Iterator[Callable[[], None]]
+        self, stop: threading.Event, pace: Callable[[], bool], sends: Iterator[tuple[Send, bool]]
     ) -> None:
-        for send in sends:
-            if stop.is_set() or not pace():
+        """Each request of ``sends`` ((send, whether it ends a sequence)), timed to its answer; stops only
+        between sequences."""
+        between = True
+        for send, ends in sends:
+            if between and (stop.is_set() or not pace()):
                 return
             started = time.monotonic()
             try:
-                send()
+                check = send()
+                answered = time.monotonic()
+                check()
             except Exception as err:  # noqa: BLE001 - every failure is counted and the first ones kept
                 self.shared.failed(self.load, err)
-                continue
-            self.shared.answered(self.load, started, time.monotonic())
+            else:
+                self.shared.answered(self.load, started, answered)
+            between = ends
 
-    def _requests(self, client) -> Iterator[Callable[[], None]]:
+    def _requests(self, client) -> Iterator[Send]:
         spec, tolerance = self.model.spec, self.model.reference.TOLERANCE
         for index, (inputs, expected) in enumerate(itertools.cycle(self.pool)):
-            yield lambda inputs=inputs, expected=expected, index=index: assert_outputs_match(
-                infer(self.protocol, client, spec, inputs), expected, tolerance, f"soak request {index}"
-            )
 
-    def _streamed(self, stream: Stream) -> Iterator[Callable[[], None]]:
-        spec, reference = self.model.spec, self.model.reference
-        for index, (inputs, _) in enumerate(itertools.cycle(self.pool)):
-
-            def send(inputs=inputs, request_id=f"soak{index}") -> None:
-                stream.send(spec, inputs, request_id=request_id)
-                results = stream.collect([request_id])[request_id]
-                _assert_stream_matches(spec, reference, results, inputs, request_id)
+            def send(inputs=inputs, expected=expected, where=f"soak request {index}") -> Callable[[], None]:
+                got = infer(self.protocol, client, spec, inputs)
+                return lambda: assert_outputs_match(got, expected, tolerance, where)
 
             yield send
 
-    def _sequences(self, connection: SequenceConnection) -> Iterator[Callable[[], None]]:
+    def _streamed(self, stream: Stream) -> Iterator[Send]:
+        spec, reference = self.model.spec, self.model.reference
+        for index, (inputs, _) in enumerate(itertools.cycle(self.pool)):
+
+            def send(inputs=inputs, request_id=f"soak{index}") -> Callable[[], None]:
+                stream.send(spec, inputs, request_id=request_id)
+                results = stream.collect([request_id])[request_id]
+                return lambda: _assert_stream_matches(spec, reference, results, inputs, request_id)
+
+            yield send
+
+    def _sequences(self, connection: SequenceConnection) -> Iterator[tuple[Send, bool]]:
         spec, reference = self.model.spec, self.model.reference
         batch = 1 if spec.max_batch_size > 0 else None
         for seed in itertools.cycle(range(SEEDS)):
@@ -262,17 +319,17 @@ class _Client:
             sequence_id = new_sequence_id(spec)
             for index, (inputs, want) in enumerate(zip(steps, expected, strict=True)):
                 flags = SequenceFlags(sequence_id, start=index == 0, end=index == SEQUENCE_LENGTH - 1)
-                yield lambda inputs=inputs, want=want, flags=flags: _sequence_step(
-                    connection, reference, inputs, want, flags
-                )
 
+                def send(inputs=inputs, want=want, flags=flags) -> Callable[[], None]:
+                    try:
+                        got = connection.infer(inputs, flags)
+                    except Refused as err:
+                        raise AssertionError(f"sequence {flags.id!r}: refused: {err}") from None
+                    return lambda: assert_outputs_match(
+                        got, want, reference.TOLERANCE, f"sequence {flags.id!r}"
+                    )
 
-def _sequence_step(connection: SequenceConnection, reference, inputs: dict, want: dict, flags) -> None:
-    try:
-        got = connection.infer(inputs, flags)
-    except Refused as err:
-        raise AssertionError(f"sequence {flags.id!r}: refused: {err}") from None
-    assert_outputs_match(got, want, reference.TOLERANCE, f"sequence {flags.id!r}")
+                yield send, flags.end
 
 
 class _Shared:
@@ -286,15 +343,13 @@ class _Shared:
     def answered(self, load: ModelLoad, sent: float, done: float) -> None:
         with self.lock:
             served = self.served.get(load.name, 0)
-            load.answers.append((done - self.started, served, (done - sent) * 1e6))
+            load.record(done - self.started, served, (done - sent) * 1e6)
             self.served[load.name] = served + 1
 
     def failed(self, load: ModelLoad, err: Exception) -> None:
         text = str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {error_text(err)}"
         with self.lock:
-            load.failed += 1
-            if len(load.failures) < _FAILURES_KEPT:
-                load.failures.append(text)
+            load.fail(text)
 
     def counts(self) -> tuple[int, dict[str, int]]:
         with self.lock:
@@ -329,18 +384,25 @@ def run_soak(
     progress: Callable[[str], None] = lambda text: None,
 ) -> SoakRun:
     """Load ``models`` for ``options.seconds`` (see the module), sampling the memory of the server
-    (``server_pid``) and of its python stubs (``watch``) about a hundred times."""
-    run = SoakRun(options, models={m.spec.name: ModelLoad(m.spec.name) for m in models})
+    (``server_pid``) and of its python stubs (``watch``) every hundredth of the soak (at least every 5 s). A
+    model whose reference.py fails or disagrees with it is not loaded: its result says why."""
+    run = SoakRun(options, models={m.spec.name: ModelLoad(m.spec.name, options.seconds) for m in models})
     if server_pid is None:
         run.notes.append("the soak could not sample the server's memory: its process is not on this machine")
+    elif watch is None:
+        run.notes.append(
+            "the soak sampled the server's memory but not its python stubs': they are not this machine's "
+            "processes to read (a server in a container)"
+        )
+    pools = _pools(models, run)
+    loaded = [m for m in models if m.spec.name in pools]
     stop = threading.Event()
     started = time.monotonic()
     shared = _Shared(run, started)
     pace = _pacer(options, started, stop)
-    pools = {m.spec.name: _pool(m) if m.spec.sequence is None else [] for m in models}
     clients = [
         _Client(model, protocol, endpoints, pools[model.spec.name], shared)
-        for model, protocol in _assignments(models, options.concurrency)
+        for model, protocol in _assignments(loaded, options.concurrency)
     ]
     threads = [threading.Thread(target=_guarded(c, stop, pace, shared), daemon=True) for c in clients]
     for thread in threads:
@@ -358,6 +420,24 @@ def run_soak(
     if any(thread.is_alive() for thread in threads):
         run.notes.append(f"a soak client still waited for an answer {REQUEST_TIMEOUT_S:.0f} s after the end")
     return run
+
+
+def _pools(models: list[SoakModel], run: SoakRun) -> dict[str, list]:
+    """Each model's requests (see _pool; none for a sequence model, whose clients make theirs); a model whose
+    reference.py disagrees with its config or raises is left out, its load failed with why."""
+    pools = {}
+    for model in models:
+        name = model.spec.name
+        problem = reference_mismatch(model.spec, model.reference)
+        try:
+            pool = [] if problem or model.spec.sequence is not None else _pool(model)
+        except Exception as err:  # noqa: BLE001 - the user's reference.py: any error it raises is said
+            problem = f"reference.py raised {type(err).__name__}: {err}"
+        if problem:
+            run.models[name].fail(f"not soaked: {problem}")
+            continue
+        pools[name] = pool
+    return pools
 
 
 def _guarded(client: _Client, stop: threading.Event, pace: Callable[[], bool], shared: _Shared):
@@ -419,7 +499,7 @@ def soak_results(run: SoakRun, named: bool) -> list[SmokeResult]:
 
 
 def _model_result(run: SoakRun, name: str, load: ModelLoad, named: bool) -> SmokeResult:
-    answered = len(load.answers)
+    answered = load.answered
     rate = answered / run.seconds if run.seconds else 0.0
     lines = [
         f"{answered:,} answers in {run.seconds:.0f} s ({rate:,.0f}/s over "

@@ -15,7 +15,7 @@ kept it. A decoupled model answers each request with any number of responses and
 - a stream that never ends: no final flag within the per-request deadline (reference.py's
   STREAM_DEADLINE_S, else the suite's request timeout); the stream is then cancelled. The 2.51 server never
   unloads such a model (its gRPC frontend holds the request until a final flag that never comes): its
-  shutdown waits out the exit timeout, and the run stops it after 15 s, then kills it.
+  shutdown waits out the exit timeout, so the suite gives it 2 s (BROKEN_STOP_TIMEOUT_S), then kills it.
 
 The stream checks read the lines that the server's log (Endpoints.log_file, else the project's
 build/tbgen/server.log, where tbgen's own servers write theirs) gained while each check ran.

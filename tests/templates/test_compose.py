@@ -281,6 +281,25 @@ def test_add_model_takes_the_projects_answers_as_project_py_reads_them(tmp_path)
         parse_project(project, {**data, "answers": "dtype=FP16"})  # load_project: a ProjectError, exit 2
 
 
+def test_a_decoupled_model_added_to_a_python_project_batches_as_its_own_template(tmp_path):
+    project = new(tmp_path, "p", "-t", "python-backend")  # max_batch_size 8, dynamic batching
+    added = run_tbgen(
+        "add",
+        "model",
+        "streams",
+        "-t",
+        "decoupled-backend",
+        "--set",
+        "language=python",
+        "--project",
+        str(project),
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    config = read_config(project, "streams")
+    assert config.max_batch_size == 0 and config.model_transaction_policy.decoupled
+    assert read_config(project, "add_sub").max_batch_size == 8
+
+
 # --- served for real ----------------------------------------------------------------------------------------
 
 

@@ -617,13 +617,21 @@ def _refuse_strategy(project: Project, name: str, given: Mapping[str, Any]) -> N
         )
 
 
+# How a model batches is its template's when it is of another template than the project: a decoupled model
+# (the repeat example streams one request at a time: max_batch_size 0) added to a python-backend project
+# (max_batch_size 8) takes its own default, not the project's.
+OWN_BATCHING = ("max_batch_size", "dynamic_batching")
+
+
 def _project_answers(project: Project, spec: Template) -> dict[str, Any]:
     """The answers ``project`` was rendered with that a model of ``spec`` takes too (not its model's name and
-    pattern): the new model's defaults."""
+    pattern, nor its batching when ``spec`` is another template than the project's): the new model's
+    defaults."""
+    skipped = {"model_name", "pattern", *(OWN_BATCHING if spec.name != project.template else ())}
     return {
         key: value
         for key, value in project.answers.items()
-        if spec.option(key) is not None and key not in ("model_name", "pattern")
+        if spec.option(key) is not None and key not in skipped
     }
 
 

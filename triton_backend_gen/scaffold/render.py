@@ -8,6 +8,7 @@ nothing behind; during the move itself SIGINT/SIGTERM/SIGHUP are only recorded, 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -26,6 +27,10 @@ cookiecutter_generate = lazy_module("cookiecutter.generate")
 cookiecutter_main = lazy_module("cookiecutter.main")
 cookiecutter_prompt = lazy_module("cookiecutter.prompt")
 jinja2 = lazy_module("jinja2")
+
+# cookiecutter logs a failed hook with its traceback (logging's last-resort handler prints it); tbgen reports
+# the failure itself, as a ScaffoldError under the hook's own message.
+logging.getLogger("cookiecutter").addHandler(logging.NullHandler())
 
 
 def render_project(

@@ -1,7 +1,8 @@
 """`tbgen test --soak` against planted faults, in a real server: a python model that keeps every request (its
 stub's memory grows), a python model that gets slower with every call (its latency drifts) and a C++ backend
 that loses 64 bytes per call (the server's memory grows) are each flagged, in the right process and with a
-slope; the clean model served beside them passes; the report's files are written; nothing is left running.
+slope; the clean models served beside them (a plain one, a decoupled one over streams) pass; the report's
+files are written; nothing is left running.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ SOAK = "20s"
 
 def _planted_python(project):
     """Two models beside the template's add_sub: grows keeps four copies of every request's INPUT0 forever,
-    slows sleeps a microsecond longer on every call than on the one before."""
-    for name in ("grows", "slows"):
-        added = run_tbgen("add", "model", name, "--project", str(project))
+    slows sleeps a few microseconds longer on every call than on the one before; and a clean decoupled model,
+    streams (its soak over gRPC streams)."""
+    for name, *template in (
+        ("grows",),
+        ("slows",),
+        ("streams", "-t", "decoupled-backend", "--set", "language=python"),
+    ):
+        added = run_tbgen("add", "model", name, *template, "--project", str(project))
         assert added.returncode == 0, added.stdout + added.stderr
     grows = project / "model_repository" / "grows" / "1" / "compute.py"
     replace_once(grows, "# ---- Your logic ----\n", "# ---- Your logic ----\n_KEPT = []\n\n\n")
@@ -59,9 +65,10 @@ def test_soak_flags_a_growing_list_and_a_growing_latency_in_their_own_models(tmp
     )
     assert leak and float(leak.group(1).replace(",", "")) > 500, out  # 4 x 16 floats kept: ~1 KiB a request
     assert results["soak slows"] == "FAIL" and "latency drifts" in out, out
-    for clean in ("soak add_sub", "soak grows", "soak memory: tritonserver"):
+    for clean in ("soak add_sub", "soak grows", "soak streams", "soak memory: tritonserver"):
         assert results[clean] == "pass", out
-    assert results["soak memory: python stub add_sub add_sub_0_0"] == "pass", out
+    for stub in ("add_sub add_sub_0_0", "streams streams_0_0"):
+        assert results[f"soak memory: python stub {stub}"] == "pass", out
     failed = {
         case.get("name")
         for case in ET.parse(junit).getroot().iter("testcase")

@@ -31,7 +31,7 @@ from pathlib import Path
 from triton_backend_gen.errors import BuildError, ServerError, TbgenError
 from triton_backend_gen.lazy import lazy_module
 from triton_backend_gen.model_config.parsing import load_model_config
-from triton_backend_gen.perf.soak_report import write_soak_report
+from triton_backend_gen.perf.soak_report import soak_report_dir, write_soak_report
 from triton_backend_gen.project import BATCH_STRATEGY_LIBRARY, BackendKind, Project, load_project
 from triton_backend_gen.runtime import prepare_server
 from triton_backend_gen.runtime.instance_kind import run_repository
@@ -335,7 +335,7 @@ class DevSession:
             self.view.note(
                 f"{PASS if result.passed else FAIL}  {result.name}: {result.detail.splitlines()[0]}"
             )
-        written = write_soak_report(self.project.runtime_dir / "soak", run)
+        written = write_soak_report(soak_report_dir(self.project), run)
         self.view.note(f"soak report: {written[0]}")
         passed = all(r.passed for r in results)
         self.view.verdict(passed, time.monotonic() - started, "the soak")

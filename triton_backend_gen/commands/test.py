@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from triton_backend_gen.errors import UsageError
-from triton_backend_gen.perf.soak_report import write_soak_report
+from triton_backend_gen.perf.soak_report import soak_report_dir, write_soak_report
 from triton_backend_gen.project import Project
 from triton_backend_gen.runtime import prepare_server
 from triton_backend_gen.runtime.control_mode import control_mode_args
@@ -24,7 +24,6 @@ from triton_backend_gen.toolchain.ensure_built import ensure_built
 from triton_backend_gen.toolchain.unit_tests import UnitResult, run_unit_tests
 
 UNIT_PREFIX = "unit: "  # what the name of a unit test's result starts with, among the smoke checks
-SOAK_REPORT = "soak"  # the soak's report, in the project's runtime directory
 
 
 def run_project_tests(
@@ -178,7 +177,7 @@ def _test_running_server(
 def _write_soak_report(project: Project, report: SuiteReport) -> None:
     """A soak's report (plots, samples) into the project's runtime directory, named in the notes."""
     if report.soak is not None:
-        written = write_soak_report(project.runtime_dir / SOAK_REPORT, report.soak)
+        written = write_soak_report(soak_report_dir(project), report.soak)
         report.notes.append(f"soak report: {written[0]}")
 
 

@@ -21,6 +21,7 @@ from triton_backend_gen.perf.report import (
     png_bytes,
     write_report_files,
 )
+from triton_backend_gen.project import Project
 from triton_backend_gen.smoke.growth import KIB, LEAK_BYTES_PER_REQUEST, MIB, MemoryGrowth
 from triton_backend_gen.smoke.soak import SoakRun
 
@@ -126,6 +127,11 @@ def _model_rows(run: SoakRun) -> list[tuple]:
             )
         )
     return rows
+
+
+def soak_report_dir(project: Project) -> Path:
+    """Where a project's soak report goes: beside its other runtime files (build/tbgen/soak)."""
+    return project.runtime_dir / "soak"
 
 
 def write_soak_report(out_dir: Path, run: SoakRun) -> list[Path]:

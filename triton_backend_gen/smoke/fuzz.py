@@ -179,17 +179,24 @@ def memory_of(pid: int) -> int | None:
         if current in seen:
             continue
         seen.add(current)
-        try:
-            status = Path(f"/proc/{current}/status").read_text()
-        except OSError:
-            if current == pid:
-                return None
-            continue
-        for line in status.splitlines():
-            if line.startswith("RssAnon:"):
-                total += int(line.split()[1]) * 1024
+        memory = private_memory(current)
+        if memory is None and current == pid:
+            return None
+        total += memory or 0
         todo += children.get(current, [])
     return total
+
+
+def private_memory(pid: int) -> int | None:
+    """``RssAnon`` of process ``pid`` alone, in bytes; None when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def run_fuzz(

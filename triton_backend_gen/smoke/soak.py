@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 
 from triton_backend_gen.lazy import lazy_module
@@ -41,6 +40,7 @@ from triton_backend_gen.smoke.clients import (
     open_client,
 )
 from triton_backend_gen.smoke.compare import assert_outputs_match
+from triton_backend_gen.smoke.fuzz import private_memory
 from triton_backend_gen.smoke.growth import (
     LatencyDrift,
     MemoryGrowth,
@@ -187,18 +187,6 @@ class SoakRun:
 
 
 # ---- the processes' memory ------------------------------------------------------------------------------
-
-
-def private_memory(pid: int) -> int | None:
-    """``RssAnon`` of process ``pid`` in bytes; None when it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    return None
 
 
 def stub_process(model: str, instance: str) -> str:

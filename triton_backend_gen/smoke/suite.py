@@ -51,7 +51,7 @@ from triton_backend_gen.smoke.model import leaves_tensors_to_backend, load_model
 from triton_backend_gen.smoke.parameters import request_parameters_results
 from triton_backend_gen.smoke.run import SmokeCheck, SmokeResult, run_smoke
 from triton_backend_gen.smoke.soak import SoakModel, SoakOptions, SoakRun, run_soak, soak_results
-from triton_backend_gen.smoke.stream_protocol import holds_the_server
+from triton_backend_gen.smoke.stream_protocol import LogWindow, holds_the_server
 from triton_backend_gen.smoke.stub_health import (
     BROKEN_STOP_TIMEOUT_S,
     STUB_CHECK,
@@ -321,13 +321,13 @@ def _check_leaks(run: _Run) -> None:
         return
     run.progress.phase("LeakSanitizer: the memory the backend allocated and lost")
     started = time.monotonic()
-    logged = len(triton.log_text())
+    window = LogWindow(triton.log_file)  # what the log gains from the signal on
     with contextlib.suppress(ProcessLookupError):  # a server that just died: no check done, said below
         os.kill(triton.pid, LEAK_CHECK_SIGNAL)
     log = ""
     while LEAK_CHECK_DONE not in log and time.monotonic() - started < LEAK_CHECK_TIMEOUT_S and triton.running:
         time.sleep(0.1)  # the check stops the server's threads while it scans: a second or so
-        log = triton.log_text()[logged:]
+        log = window.text()
     seconds = time.monotonic() - started
     if LEAK_CHECK_DONE not in log:
         detail = f"LeakSanitizer did not finish within {LEAK_CHECK_TIMEOUT_S:.0f} s (log: {triton.log_file})"

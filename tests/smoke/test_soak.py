@@ -55,7 +55,8 @@ def test_soak_flags_a_growing_list_and_a_growing_latency_in_their_own_models(tmp
     project = new_project(tmp_path, "python-backend")
     _planted_python(project)
     junit = tmp_path / "soak.xml"
-    run = run_tbgen("test", str(project), "--soak", SOAK, "--no-unit", "--junit-xml", str(junit))
+    # 25 s: a drift is judged over at least 14 s after the 5 s warm-up (growth.DRIFT_MIN_STRETCH_S)
+    run = run_tbgen("test", str(project), "--soak", "25s", "--no-unit", "--junit-xml", str(junit))
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
     results = check_results(run.stdout)
